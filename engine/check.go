@@ -1,0 +1,728 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+)
+
+func sqrt64(x float64) float64 { return math.Sqrt(x) }
+
+// ArgError is the error every Check function returns: which op, which operand
+// and what was wrong with it.
+type ArgError struct {
+	Op      string // "attention", "matmul", ...
+	Operand string // "q", "dK", ... or "" for the op as a whole
+	Msg     string
+}
+
+func (e *ArgError) Error() string {
+	if e.Operand == "" {
+		return e.Op + ": " + e.Msg
+	}
+	return e.Op + ": " + e.Operand + ": " + e.Msg
+}
+
+func argErr(op, operand, format string, args ...any) error {
+	return &ArgError{Op: op, Operand: operand, Msg: fmt.Sprintf(format, args...)}
+}
+
+// need checks presence, rank and float-ness of an operand.
+func need(op, name string, t *Tensor, rank int, layout string) error {
+	if t == nil {
+		return argErr(op, name, "missing (want %s)", layout)
+	}
+	if rank >= 0 && t.Rank() != rank {
+		return argErr(op, name, "want rank %d %s, got %v", rank, layout, t)
+	}
+	return nil
+}
+
+func needFloat(op, name string, t *Tensor) error {
+	if !t.DType().IsFloat() {
+		return argErr(op, name, "want a floating dtype (f32, bf16, f16), got %v", t)
+	}
+	return nil
+}
+
+func needDType(op, name string, t *Tensor, d DType) error {
+	if t.DType() != d {
+		return argErr(op, name, "want dtype %v, got %v", d, t)
+	}
+	return nil
+}
+
+func needShape(op, name string, t *Tensor, want Shape) error {
+	if !t.shape.Equal(want) {
+		return argErr(op, name, "want shape %v, got %v", want, t)
+	}
+	return nil
+}
+
+func needFloats(op string, names []string, ts ...*Tensor) error {
+	for i, t := range ts {
+		if t == nil {
+			return argErr(op, names[i], "missing")
+		}
+		if err := needFloat(op, names[i], t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckDevice reports an error if any non-nil tensor does not live on dev.
+func CheckDevice(op string, dev Device, ts ...*Tensor) error {
+	for _, t := range ts {
+		if t != nil && t.dev != dev {
+			return argErr(op, "", "tensor %v lives on %s, not on %s", t, devName(t.dev), devName(dev))
+		}
+	}
+	return nil
+}
+
+func devName(d Device) string {
+	if d == nil {
+		return "no device"
+	}
+	return d.Info().ID()
+}
+
+// MatMulDims are the validated sizes of a MatMul.
+type MatMulDims struct {
+	Batch, M, N, K int
+	SharedB        bool // b is rank 2 and shared across the batch
+}
+
+// CheckMatMul validates MatMul's operands.
+func CheckMatMul(out, a, b *Tensor, o MatMulOpts) (MatMulDims, error) {
+	const op = "matmul"
+	var d MatMulDims
+	if err := needFloats(op, []string{"out", "a", "b"}, out, a, b); err != nil {
+		return d, err
+	}
+	if a.Rank() < 2 || b.Rank() < 2 {
+		return d, argErr(op, "", "a and b need rank >= 2, got a %v, b %v", a, b)
+	}
+	m, k := a.Dim(-2), a.Dim(-1)
+	if o.TransA {
+		m, k = k, m
+	}
+	kb, n := b.Dim(-2), b.Dim(-1)
+	if o.TransB {
+		kb, n = n, kb
+	}
+	if k != kb {
+		return d, argErr(op, "", "inner dimensions differ: op(a) is %dx%d, op(b) is %dx%d (a %v, b %v, transA %v, transB %v)",
+			m, k, kb, n, a, b, o.TransA, o.TransB)
+	}
+	batch := a.shape[:a.Rank()-2]
+	d = MatMulDims{Batch: batch.Numel(), M: m, N: n, K: k, SharedB: b.Rank() == 2}
+	if !d.SharedB && !b.shape[:b.Rank()-2].Equal(batch) {
+		return d, argErr(op, "b", "batch dimensions %v differ from a's %v (b may also be rank 2)", b.shape[:b.Rank()-2], batch)
+	}
+	want := append(batch.Clone(), m, n)
+	if err := needShape(op, "out", out, want); err != nil {
+		return d, err
+	}
+	return d, nil
+}
+
+// CheckEmbedding validates Embedding and returns (rows gathered, width, vocab).
+func CheckEmbedding(out, table, ids *Tensor) (n, d, v int, err error) {
+	return checkEmb("embedding", "out", out, table, ids)
+}
+
+// CheckEmbeddingBackward validates EmbeddingBackward.
+func CheckEmbeddingBackward(dTable, ids, dOut *Tensor) (n, d, v int, err error) {
+	return checkEmb("embedding backward", "dOut", dOut, dTable, ids)
+}
+
+func checkEmb(op, outName string, out, table, ids *Tensor) (n, d, v int, err error) {
+	if err = need(op, "table", table, 2, "[V,d]"); err != nil {
+		return
+	}
+	if err = need(op, "ids", ids, -1, "I32 ids"); err != nil {
+		return
+	}
+	if err = needDType(op, "ids", ids, I32); err != nil {
+		return
+	}
+	if err = needFloats(op, []string{outName, "table"}, out, table); err != nil {
+		return
+	}
+	v, d = table.Dim(0), table.Dim(1)
+	n = ids.Numel()
+	err = needShape(op, outName, out, append(ids.Shape(), d))
+	return
+}
+
+// CheckRMSNorm validates RMSNorm and returns (rows, width).
+func CheckRMSNorm(out, rstd, x, w *Tensor) (rows, n int, err error) {
+	const op = "rmsnorm"
+	if err = needFloats(op, []string{"out", "x", "w"}, out, x, w); err != nil {
+		return
+	}
+	if x.Rank() < 1 {
+		return 0, 0, argErr(op, "x", "want rank >= 1, got %v", x)
+	}
+	n = x.Dim(-1)
+	rows = x.Numel() / max(n, 1)
+	if err = needShape(op, "w", w, Shape{n}); err != nil {
+		return
+	}
+	if err = needShape(op, "out", out, x.shape); err != nil {
+		return
+	}
+	if rstd != nil {
+		if err = needDType(op, "rstd", rstd, F32); err != nil {
+			return
+		}
+		err = needShape(op, "rstd", rstd, x.shape[:x.Rank()-1])
+	}
+	return
+}
+
+// CheckRMSNormBackward validates RMSNormBackward and returns (rows, width).
+func CheckRMSNormBackward(dX, dW, dOut, x, w, rstd *Tensor) (rows, n int, err error) {
+	const op = "rmsnorm backward"
+	if rstd == nil {
+		return 0, 0, argErr(op, "rstd", "missing (the forward's saved F32 rstd)")
+	}
+	if rows, n, err = CheckRMSNorm(dOut, rstd, x, w); err != nil {
+		return
+	}
+	if err = needFloats(op, []string{"dX", "dW"}, dX, dW); err != nil {
+		return
+	}
+	if err = needShape(op, "dX", dX, x.shape); err != nil {
+		return
+	}
+	err = needShape(op, "dW", dW, w.shape)
+	return
+}
+
+// CheckRoPE validates RoPE (and RoPEBackward) and returns (B, H, L, D).
+func CheckRoPE(out, x, pos *Tensor) (b, h, l, d int, err error) {
+	const op = "rope"
+	if err = need(op, "x", x, 4, "[B,H,L,D]"); err != nil {
+		return
+	}
+	if err = needFloats(op, []string{"out", "x"}, out, x); err != nil {
+		return
+	}
+	b, h, l, d = x.Dim(0), x.Dim(1), x.Dim(2), x.Dim(3)
+	if d%2 != 0 {
+		return 0, 0, 0, 0, argErr(op, "x", "head dimension %d is odd", d)
+	}
+	if err = needShape(op, "out", out, x.shape); err != nil {
+		return
+	}
+	if err = need(op, "pos", pos, 1, "I32 [L]"); err != nil {
+		return
+	}
+	if err = needDType(op, "pos", pos, I32); err != nil {
+		return
+	}
+	err = needShape(op, "pos", pos, Shape{l})
+	return
+}
+
+// CheckElementwise validates ops over same-sized floating tensors and returns
+// the element count. names label the tensors in errors.
+func CheckElementwise(op string, names []string, ts ...*Tensor) (int, error) {
+	if err := needFloats(op, names, ts...); err != nil {
+		return 0, err
+	}
+	n := ts[0].Numel()
+	for i, t := range ts[1:] {
+		if t.Numel() != n {
+			return 0, argErr(op, names[i+1], "has %d elements (%v), want %d like %s %v", t.Numel(), t, n, names[0], ts[0])
+		}
+	}
+	return n, nil
+}
+
+// CheckCast validates Cast.
+func CheckCast(dst, src *Tensor) (int, error) {
+	const op = "cast"
+	if dst == nil || src == nil {
+		return 0, argErr(op, "", "dst and src are required")
+	}
+	if dst.Numel() != src.Numel() {
+		return 0, argErr(op, "dst", "has %d elements (%v), src %v has %d", dst.Numel(), dst, src, src.Numel())
+	}
+	return src.Numel(), nil
+}
+
+// CheckSwapAxes12 validates SwapAxes12 and returns src's four dimensions.
+func CheckSwapAxes12(dst, src *Tensor) ([4]int, error) {
+	const op = "swapaxes12"
+	var d [4]int
+	if err := need(op, "src", src, 4, "rank 4"); err != nil {
+		return d, err
+	}
+	if err := need(op, "dst", dst, 4, "rank 4"); err != nil {
+		return d, err
+	}
+	copy(d[:], src.shape)
+	if dst.dtype != src.dtype {
+		return d, argErr(op, "dst", "dtype %v differs from src %v", dst, src)
+	}
+	return d, needShape(op, "dst", dst, Shape{d[0], d[2], d[1], d[3]})
+}
+
+// CheckKVAppend validates KVAppend and returns (B, H, n, Cap, D).
+func CheckKVAppend(cache, x *Tensor, start int) (b, h, n, capacity, d int, err error) {
+	const op = "kv append"
+	if err = need(op, "cache", cache, 4, "[B,H,Cap,D]"); err != nil {
+		return
+	}
+	if err = need(op, "x", x, 4, "[B,H,n,D]"); err != nil {
+		return
+	}
+	if err = needFloats(op, []string{"cache", "x"}, cache, x); err != nil {
+		return
+	}
+	b, h, n, d = x.Dim(0), x.Dim(1), x.Dim(2), x.Dim(3)
+	capacity = cache.Dim(2)
+	if cache.Dim(0) != b || cache.Dim(1) != h || cache.Dim(3) != d {
+		err = argErr(op, "cache", "shape %v does not match x %v (want [%d,%d,Cap,%d])", cache.shape, x.shape, b, h, d)
+		return
+	}
+	if start < 0 || start+n > capacity {
+		err = argErr(op, "", "positions %d..%d do not fit a cache of capacity %d", start, start+n-1, capacity)
+	}
+	return
+}
+
+// CheckCrossEntropy validates CrossEntropy and returns (N, V).
+func CheckCrossEntropy(loss, dLogits, logits, targets *Tensor) (n, v int, err error) {
+	const op = "cross entropy"
+	if err = need(op, "logits", logits, 2, "[N,V]"); err != nil {
+		return
+	}
+	if err = needFloat(op, "logits", logits); err != nil {
+		return
+	}
+	n, v = logits.Dim(0), logits.Dim(1)
+	if err = need(op, "targets", targets, 1, "I32 [N]"); err != nil {
+		return
+	}
+	if err = needDType(op, "targets", targets, I32); err != nil {
+		return
+	}
+	if err = needShape(op, "targets", targets, Shape{n}); err != nil {
+		return
+	}
+	if err = need(op, "loss", loss, 1, "F32 [N]"); err != nil {
+		return
+	}
+	if err = needDType(op, "loss", loss, F32); err != nil {
+		return
+	}
+	if err = needShape(op, "loss", loss, Shape{n}); err != nil {
+		return
+	}
+	if dLogits != nil {
+		if err = needFloat(op, "dLogits", dLogits); err != nil {
+			return
+		}
+		err = needShape(op, "dLogits", dLogits, logits.shape)
+	}
+	return
+}
+
+// AttnDims are the validated sizes of an attention-family op.
+type AttnDims struct {
+	B, Hq, Hkv, G, Lq, Lk, D int
+	// Offset = Lk - Lq: causal query i sees keys j <= i + Offset.
+	Offset int
+	Scale  float32 // effective q.k scale
+	Causal bool
+	Window int
+}
+
+// Visible returns the half-open key range [lo, hi) query row i may attend to.
+func (d AttnDims) Visible(i int) (lo, hi int) {
+	hi = d.Lk
+	if d.Causal {
+		hi = min(d.Lk, i+d.Offset+1)
+		if d.Window > 0 {
+			lo = max(0, i+d.Offset+1-d.Window)
+		}
+	}
+	return lo, hi
+}
+
+func checkQKV(op string, q, k, v *Tensor, o AttentionOpts) (AttnDims, error) {
+	var d AttnDims
+	if err := need(op, "q", q, 4, "[B,Hq,Lq,D]"); err != nil {
+		return d, err
+	}
+	if err := need(op, "k", k, 4, "[B,Hkv,Lk,D]"); err != nil {
+		return d, err
+	}
+	if err := need(op, "v", v, 4, "[B,Hkv,Lk,D]"); err != nil {
+		return d, err
+	}
+	if err := needFloats(op, []string{"q", "k", "v"}, q, k, v); err != nil {
+		return d, err
+	}
+	d.B, d.Hq, d.Lq, d.D = q.Dim(0), q.Dim(1), q.Dim(2), q.Dim(3)
+	d.Hkv, d.Lk = k.Dim(1), k.Dim(2)
+	if k.Dim(0) != d.B || k.Dim(3) != d.D {
+		return d, argErr(op, "k", "shape %v does not match q %v (want [%d,Hkv,Lk,%d])", k.shape, q.shape, d.B, d.D)
+	}
+	if err := needShape(op, "v", v, k.shape); err != nil {
+		return d, err
+	}
+	if d.Hkv == 0 || d.Hq%d.Hkv != 0 {
+		return d, argErr(op, "", "query heads %d are not a multiple of key/value heads %d (GQA needs Hq = G*Hkv)", d.Hq, d.Hkv)
+	}
+	if d.D == 0 {
+		return d, argErr(op, "q", "head dimension is 0")
+	}
+	d.G = d.Hq / d.Hkv
+	d.Offset = d.Lk - d.Lq
+	d.Causal, d.Window = o.Causal, o.Window
+	d.Scale = o.ScaleFor(d.D)
+	if o.Causal && d.Lq > d.Lk {
+		return d, argErr(op, "", "causal attention needs Lq <= Lk, got Lq %d > Lk %d (query i sees keys j <= i + Lk - Lq)", d.Lq, d.Lk)
+	}
+	if o.Window < 0 {
+		return d, argErr(op, "", "window %d is negative", o.Window)
+	}
+	if o.Window > 0 && !o.Causal {
+		return d, argErr(op, "", "a sliding window (%d) needs causal attention", o.Window)
+	}
+	if math.IsNaN(float64(o.Scale)) || math.IsInf(float64(o.Scale), 0) {
+		return d, argErr(op, "", "scale %v is not finite", o.Scale)
+	}
+	if !o.Causal && d.Lk == 0 && d.Lq > 0 {
+		return d, argErr(op, "k", "no keys (Lk = 0)")
+	}
+	return d, nil
+}
+
+func checkRowStat(op, name string, t *Tensor, d AttnDims) error {
+	if err := needDType(op, name, t, F32); err != nil {
+		return err
+	}
+	return needShape(op, name, t, Shape{d.B, d.Hq, d.Lq})
+}
+
+// CheckAttention validates Attention.
+func CheckAttention(a AttentionArgs) (AttnDims, error) {
+	const op = "attention"
+	d, err := checkQKV(op, a.Q, a.K, a.V, a.AttentionOpts)
+	if err != nil {
+		return d, err
+	}
+	qs := a.Q.shape
+	if a.R != nil {
+		if err := needFloat(op, "r", a.R); err != nil {
+			return d, err
+		}
+		if err := needShape(op, "r", a.R, qs); err != nil {
+			return d, err
+		}
+	}
+	if err := need(op, "o", a.O, 4, "[B,Hq,Lq,D]"); err != nil {
+		return d, err
+	}
+	if err := needFloat(op, "o", a.O); err != nil {
+		return d, err
+	}
+	if err := needShape(op, "o", a.O, qs); err != nil {
+		return d, err
+	}
+	if a.LSE != nil {
+		if err := checkRowStat(op, "lse", a.LSE, d); err != nil {
+			return d, err
+		}
+	}
+	if a.R == nil && (a.Vbar != nil || a.Tbar != nil) {
+		return d, argErr(op, "", "vbar/tbar are Parallax statistics; softmax attention (no r) has none")
+	}
+	if a.Vbar != nil {
+		if err := needFloat(op, "vbar", a.Vbar); err != nil {
+			return d, err
+		}
+		if err := needShape(op, "vbar", a.Vbar, qs); err != nil {
+			return d, err
+		}
+	}
+	if a.Tbar != nil {
+		if err := checkRowStat(op, "tbar", a.Tbar, d); err != nil {
+			return d, err
+		}
+	}
+	return d, nil
+}
+
+// CheckAttentionBackward validates AttentionBackward.
+func CheckAttentionBackward(a AttentionBackwardArgs) (AttnDims, error) {
+	const op = "attention backward"
+	d, err := CheckAttention(AttentionArgs{Q: a.Q, K: a.K, V: a.V, R: a.R, O: a.O,
+		LSE: a.LSE, Vbar: a.Vbar, Tbar: a.Tbar, AttentionOpts: a.AttentionOpts})
+	if err != nil {
+		return d, err
+	}
+	if a.LSE == nil {
+		return d, argErr(op, "lse", "missing (the forward's saved log-sum-exp)")
+	}
+	if a.R != nil && (a.Vbar == nil || a.Tbar == nil) {
+		return d, argErr(op, "", "Parallax backward needs the forward's saved vbar and tbar")
+	}
+	for _, x := range []struct {
+		n string
+		t *Tensor
+		s Shape
+	}{{"dO", a.DO, a.Q.shape}, {"dQ", a.DQ, a.Q.shape}, {"dK", a.DK, a.K.shape}, {"dV", a.DV, a.V.shape}} {
+		if err := need(op, x.n, x.t, 4, x.s.String()); err != nil {
+			return d, err
+		}
+		if err := needFloat(op, x.n, x.t); err != nil {
+			return d, err
+		}
+		if err := needShape(op, x.n, x.t, x.s); err != nil {
+			return d, err
+		}
+	}
+	if (a.R == nil) != (a.DR == nil) {
+		return d, argErr(op, "dR", "must be given exactly when r is (Parallax), nil for softmax attention")
+	}
+	if a.DR != nil {
+		if err := needFloat(op, "dR", a.DR); err != nil {
+			return d, err
+		}
+		if err := needShape(op, "dR", a.DR, a.Q.shape); err != nil {
+			return d, err
+		}
+	}
+	return d, nil
+}
+
+// DecodeDims are the validated sizes of DecodeAttention.
+type DecodeDims struct {
+	B, Hq, Hkv, G, Lq, Cap, D int
+	Scale                     float32
+	Window                    int
+}
+
+// CheckDecode validates DecodeAttention. The per-sequence lengths live on the
+// device; backends check Lq <= Lens[b] <= Cap when they read them.
+func CheckDecode(a DecodeArgs) (DecodeDims, error) {
+	const op = "decode attention"
+	var dd DecodeDims
+	d, err := checkQKV(op, a.Q, a.KCache, a.VCache, AttentionOpts{Scale: a.Scale})
+	if err != nil {
+		return dd, err
+	}
+	dd = DecodeDims{B: d.B, Hq: d.Hq, Hkv: d.Hkv, G: d.G, Lq: d.Lq, Cap: d.Lk, D: d.D, Scale: d.Scale, Window: a.Window}
+	if d.Lq > d.Lk {
+		return dd, argErr(op, "", "Lq %d exceeds the cache capacity %d", d.Lq, d.Lk)
+	}
+	if a.R != nil {
+		if err := needFloat(op, "r", a.R); err != nil {
+			return dd, err
+		}
+		if err := needShape(op, "r", a.R, a.Q.shape); err != nil {
+			return dd, err
+		}
+	}
+	if err := need(op, "o", a.O, 4, "[B,Hq,Lq,D]"); err != nil {
+		return dd, err
+	}
+	if err := needFloat(op, "o", a.O); err != nil {
+		return dd, err
+	}
+	if err := needShape(op, "o", a.O, a.Q.shape); err != nil {
+		return dd, err
+	}
+	if err := need(op, "lens", a.Lens, 1, "I32 [B]"); err != nil {
+		return dd, err
+	}
+	if err := needDType(op, "lens", a.Lens, I32); err != nil {
+		return dd, err
+	}
+	if err := needShape(op, "lens", a.Lens, Shape{d.B}); err != nil {
+		return dd, err
+	}
+	if a.Window < 0 || a.Splits < 0 {
+		return dd, argErr(op, "", "window (%d) and splits (%d) must be >= 0", a.Window, a.Splits)
+	}
+	return dd, nil
+}
+
+// CheckLLA validates LLA.
+func CheckLLA(a LLAArgs) (AttnDims, error) {
+	const op = "lla"
+	d, err := CheckAttention(AttentionArgs{Q: a.Q, K: a.K, V: a.V, O: a.O, AttentionOpts: a.AttentionOpts})
+	if err != nil {
+		return d, err
+	}
+	if !(a.Lambda >= 0) || math.IsInf(float64(a.Lambda), 0) {
+		return d, argErr(op, "", "lambda %v must be finite and >= 0", a.Lambda)
+	}
+	if a.Tol < 0 || a.MaxIter < 0 {
+		return d, argErr(op, "", "tol (%v) and max iterations (%d) must be >= 0", a.Tol, a.MaxIter)
+	}
+	if a.Solver != SolveCG && a.Solver != SolveDirect {
+		return d, argErr(op, "", "unknown solver %d", a.Solver)
+	}
+	if a.RhoStar != nil {
+		if err := needFloat(op, "rhoStar", a.RhoStar); err != nil {
+			return d, err
+		}
+		if err := needShape(op, "rhoStar", a.RhoStar, a.Q.shape); err != nil {
+			return d, err
+		}
+	}
+	if a.Eta != nil {
+		if err := checkRowStat(op, "eta", a.Eta, d); err != nil {
+			return d, err
+		}
+	}
+	return d, nil
+}
+
+// CheckLinearAttention validates LinearAttention.
+func CheckLinearAttention(a LinearAttentionArgs) (AttnDims, error) {
+	op := "linear attention"
+	d, err := checkQKV(op, a.R, a.K, a.V, a.AttentionOpts)
+	if err != nil {
+		return d, err
+	}
+	if err := need(op, "o", a.O, 4, "[B,Hq,Lq,D]"); err != nil {
+		return d, err
+	}
+	if err := needFloat(op, "o", a.O); err != nil {
+		return d, err
+	}
+	return d, needShape(op, "o", a.O, a.R.shape)
+}
+
+// CheckLinearAttentionBackward validates LinearAttentionBackward.
+func CheckLinearAttentionBackward(a LinearAttentionBackwardArgs) (AttnDims, error) {
+	op := "linear attention backward"
+	d, err := checkQKV(op, a.R, a.K, a.V, a.AttentionOpts)
+	if err != nil {
+		return d, err
+	}
+	for _, x := range []struct {
+		n string
+		t *Tensor
+		s Shape
+	}{{"dO", a.DO, a.R.shape}, {"dR", a.DR, a.R.shape}, {"dK", a.DK, a.K.shape}, {"dV", a.DV, a.V.shape}} {
+		if err := need(op, x.n, x.t, 4, x.s.String()); err != nil {
+			return d, err
+		}
+		if err := needFloat(op, x.n, x.t); err != nil {
+			return d, err
+		}
+		if err := needShape(op, x.n, x.t, x.s); err != nil {
+			return d, err
+		}
+	}
+	return d, nil
+}
+
+// CheckCorrectionRatio validates CorrectionRatio and returns (rows, D).
+func CheckCorrectionRatio(out, o, vbar *Tensor) (rows, d int, err error) {
+	const op = "correction ratio"
+	if err = needFloats(op, []string{"o", "vbar"}, o, vbar); err != nil {
+		return
+	}
+	if o.Rank() < 1 {
+		return 0, 0, argErr(op, "o", "want rank >= 1, got %v", o)
+	}
+	if err = needShape(op, "vbar", vbar, o.shape); err != nil {
+		return
+	}
+	if err = checkScalarOut(op, out); err != nil {
+		return
+	}
+	d = o.Dim(-1)
+	return o.Numel() / max(d, 1), d, nil
+}
+
+func checkScalarOut(op string, out *Tensor) error {
+	if err := need(op, "out", out, 1, "F32 [1]"); err != nil {
+		return err
+	}
+	if err := needDType(op, "out", out, F32); err != nil {
+		return err
+	}
+	return needShape(op, "out", out, Shape{1})
+}
+
+// CheckSumSquares validates SumSquares and returns the element count.
+func CheckSumSquares(out, x *Tensor) (int, error) {
+	const op = "sum squares"
+	if err := checkScalarOut(op, out); err != nil {
+		return 0, err
+	}
+	if x == nil {
+		return 0, argErr(op, "x", "missing")
+	}
+	if err := needFloat(op, "x", x); err != nil {
+		return 0, err
+	}
+	return x.Numel(), nil
+}
+
+// CheckAdamW validates AdamW and returns the element count.
+func CheckAdamW(p, g, m, v *Tensor, o AdamWOpts) (int, error) {
+	const op = "adamw"
+	n, err := CheckElementwise(op, []string{"p", "g", "m", "v"}, p, g, m, v)
+	if err != nil {
+		return 0, err
+	}
+	if err := needDType(op, "m", m, F32); err != nil {
+		return 0, err
+	}
+	if err := needDType(op, "v", v, F32); err != nil {
+		return 0, err
+	}
+	if o.Step < 1 {
+		return 0, argErr(op, "", "step %d must be >= 1 (bias correction counts from 1)", o.Step)
+	}
+	if !(o.Beta1 >= 0 && o.Beta1 < 1 && o.Beta2 >= 0 && o.Beta2 < 1) {
+		return 0, argErr(op, "", "betas (%v, %v) must lie in [0, 1)", o.Beta1, o.Beta2)
+	}
+	return n, nil
+}
+
+// CheckMuonMomentum validates MuonMomentum and returns the element count.
+func CheckMuonMomentum(u, m, g *Tensor) (int, error) {
+	const op = "muon momentum"
+	n, err := CheckElementwise(op, []string{"u", "m", "g"}, u, m, g)
+	if err != nil {
+		return 0, err
+	}
+	return n, needDType(op, "m", m, F32)
+}
+
+// CheckFrobeniusNormalize validates FrobeniusNormalize and returns the
+// number of matrices and the elements per matrix.
+func CheckFrobeniusNormalize(out, x *Tensor) (batch, per int, err error) {
+	const op = "frobenius normalize"
+	if err = needFloats(op, []string{"out", "x"}, out, x); err != nil {
+		return
+	}
+	if x.Rank() < 2 {
+		return 0, 0, argErr(op, "x", "want rank >= 2 (a matrix or a batch of them), got %v", x)
+	}
+	if err = needShape(op, "out", out, x.shape); err != nil {
+		return
+	}
+	per = x.Dim(-1) * x.Dim(-2)
+	batch = x.shape[:x.Rank()-2].Numel()
+	return
+}
+
+// CheckMuonApply validates MuonApply and returns the element count.
+func CheckMuonApply(p, o *Tensor) (int, error) {
+	return CheckElementwise("muon apply", []string{"p", "o"}, p, o)
+}

@@ -1,0 +1,267 @@
+package engine
+
+// Ops is the complete op set a backend implements. Every method validates its
+// arguments with the matching Check function and returns that error without
+// side effects; otherwise it enqueues the op and returns nil (errors raised
+// while executing surface at Device.Sync).
+//
+// Tensors passed to one call must not alias each other unless the method says
+// so. Notation: B batch, Hq query heads, Hkv key/value heads, G = Hq/Hkv,
+// Lq query positions, Lk key positions, D head dimension.
+type Ops interface {
+	// MatMul computes out = op(a) op(b) (+ out if Accumulate), where op(x) is
+	// x or its transpose over the last two dimensions. a is [..., M, K] (or
+	// [..., K, M] with TransA), b is [..., K, N] (or [..., N, K] with TransB)
+	// with the same leading (batch) dimensions as a, or rank 2 to be shared by
+	// every batch entry. out is [..., M, N] with a's batch dimensions. Inputs
+	// may be any floating dtype (mixed), products accumulate in f32 or better.
+	MatMul(out, a, b *Tensor, o MatMulOpts) error
+
+	// Embedding gathers rows: out[n, :] = table[ids[n], :]. ids is I32 of any
+	// shape S, table [V, d], out [S..., d]. An id outside [0, V) is an error
+	// reported at Sync.
+	Embedding(out, table, ids *Tensor) error
+	// EmbeddingBackward accumulates dTable[ids[n], :] += dOut[n, :].
+	EmbeddingBackward(dTable, ids, dOut *Tensor) error
+
+	// RMSNorm normalises each row of x (the last dimension, width N):
+	// out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps). w is [N]. rstd, if
+	// not nil, receives the per-row rstd as F32 of shape x.shape[:-1]. Applied
+	// to a [..., H, D] tensor with w [D] it is the per-head norm.
+	RMSNorm(out, rstd, x, w *Tensor, eps float32) error
+	// RMSNormBackward computes, with xhat = x * rstd and gy = dOut * w,
+	// dX = rstd * (gy - xhat * mean(gy * xhat)) and accumulates
+	// dW += sum over rows of dOut * xhat. rstd is the forward's saved value.
+	RMSNormBackward(dX, dW, dOut, x, w, rstd *Tensor) error
+
+	// RoPE rotates pairs (x[..., i], x[..., i + D/2]) ("rotate half") of
+	// x [B, H, L, D] by the angle pos[l] * theta^(-2i/D), i < D/2:
+	// out_i = x_i cos - x_{i+D/2} sin, out_{i+D/2} = x_{i+D/2} cos + x_i sin.
+	// pos is I32 [L]. out may alias x.
+	RoPE(out, x, pos *Tensor, theta float32) error
+	// RoPEBackward applies the inverse rotation: dX = R(-angle) dOut. dX may
+	// alias dOut.
+	RoPEBackward(dX, dOut, pos *Tensor, theta float32) error
+
+	// SwiGLU computes out = silu(gate) * up, silu(z) = z * sigmoid(z),
+	// elementwise over same-shaped tensors.
+	SwiGLU(out, gate, up *Tensor) error
+	// SwiGLUBackward computes dGate = dOut * up * sigmoid(g) * (1 + g (1 -
+	// sigmoid(g))) and dUp = dOut * silu(g).
+	SwiGLUBackward(dGate, dUp, dOut, gate, up *Tensor) error
+
+	// AddScaled computes out = alpha*a + beta*b elementwise (same element
+	// counts). out may alias a or b. Residual adds, scaling and axpy are all
+	// this op.
+	AddScaled(out, a, b *Tensor, alpha, beta float32) error
+	// Fill sets every element of t to value.
+	Fill(t *Tensor, value float32) error
+	// Cast converts src to dst's dtype (same element count), rounding to
+	// nearest even; a plain copy when the dtypes match. Float to I32
+	// truncates toward zero; I32 to float converts exactly where it can.
+	Cast(dst, src *Tensor) error
+	// SwapAxes12 transposes the middle two dimensions of a rank-4 tensor:
+	// dst[a, c, b, d] = src[a, b, c, d]. It converts between the model's
+	// [B, L, H, D] and attention's [B, H, L, D] layouts.
+	SwapAxes12(dst, src *Tensor) error
+	// KVAppend writes x [B, H, n, D] into cache [B, H, Cap, D] at positions
+	// start..start+n-1 of the third dimension.
+	KVAppend(cache, x *Tensor, start int) error
+
+	// CrossEntropy is fused softmax cross-entropy over logits [N, V] with
+	// targets I32 [N]: loss[n] = logsumexp(logits[n]) - logits[n, t_n], F32
+	// [N], 0 where t_n == IgnoreIndex. If dLogits is not nil it receives
+	// GradScale * (softmax(logits[n]) - onehot(t_n)) (zero rows where
+	// ignored); dLogits may alias logits.
+	CrossEntropy(loss, dLogits, logits, targets *Tensor, o CrossEntropyOpts) error
+
+	// Attention is softmax attention (A.R == nil) or Parallax attention
+	// (spec section 2-3): s = scale q.k, t = r.k (unscaled), p = softmax(s)
+	// over unmasked keys, vbar = sum p v, tbar = sum p t,
+	// o = vbar (1 + tbar) - sum p t v = o_SA - Sigma_KV r. Implemented as the
+	// streaming (FlashAttention-style) algorithm with O(Lk) memory per row
+	// block. Fills the optional saved statistics used by the backward.
+	Attention(a AttentionArgs) error
+	// AttentionBackward computes dQ, dK, dV (and dR for Parallax) of
+	// L = sum(o * dO), spec section 4, from the forward's inputs, output and
+	// saved statistics (LSE; with R also Vbar and Tbar).
+	AttentionBackward(a AttentionBackwardArgs) error
+	// DecodeAttention is Attention over a KV cache whose valid prefix length
+	// differs per sequence: for sequence b, query i (of Lq) attends to keys
+	// j <= i + Lens[b] - Lq (always causal), j > i + Lens[b] - Lq - Window if
+	// Window > 0. The keys are split into Splits chunks processed
+	// independently, each producing partial statistics (m, d1, d2, O1, O2),
+	// which a combine pass merges exactly; the result does not depend on
+	// Splits beyond rounding.
+	DecodeAttention(a DecodeArgs) error
+	// LLA is exact local linear attention (spec section 5): with weights
+	// w = exp(s - m), omega = sum w, mu = sum w (k - q),
+	// Sig = sum w (k - q)(k - q)^T + lambda omega I and rho* = Sig^-1 mu,
+	// o = sum w (1 - rho*.(k - q)) v / (omega - mu.rho*)
+	//   = vbar + Sigma_KV (Sigma_KK + lambda I)^-1 (q - kbar).
+	LLA(a LLAArgs) error
+	// LinearAttention is the uniform-weight branch of the family (spec
+	// section 6) with probe R. Plain: o_i = sum_j (r_i . k_j) v_j over the
+	// unmasked j (unnormalised linear attention). Affine: with uniform weights
+	// 1/n_i over the n_i unmasked keys, o_i = vbar_i - Sigma_KV(i) r_i.
+	LinearAttention(a LinearAttentionArgs) error
+	// LinearAttentionBackward computes dR, dK, dV of sum(o * dO).
+	LinearAttentionBackward(a LinearAttentionBackwardArgs) error
+
+	// CorrectionRatio writes to out (F32 [1]) the mean over rows (every
+	// b, h, i) of ||vbar - o|| / ||vbar||, the correction-to-output ratio COR
+	// = ||Sigma_KV r|| / ||o_SA|| (spec section 7). o and vbar are [..., D];
+	// rows with vbar = 0 count as 0.
+	CorrectionRatio(out, o, vbar *Tensor) error
+	// SumSquares computes out (F32 [1]) = sum x^2, or adds it to out if
+	// accumulate. Gradient norms are built from it.
+	SumSquares(out, x *Tensor, accumulate bool) error
+
+	// AdamW updates p in place (decoupled decay first, PyTorch's order):
+	// p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+	// p -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps). m and v are F32.
+	AdamW(p, g, m, v *Tensor, o AdamWOpts) error
+	// MuonMomentum updates the momentum m = beta m + (1-beta) g and writes
+	// the direction to orthogonalise: u = (1-beta) g + beta m (Nesterov) or
+	// u = m.
+	MuonMomentum(u, m, g *Tensor, beta float32, nesterov bool) error
+	// FrobeniusNormalize writes out = x / (||x||_F + eps), the norm taken per
+	// matrix over the last two dimensions. out may alias x.
+	FrobeniusNormalize(out, x *Tensor, eps float32) error
+	// MuonApply updates p in place: p = p (1 - lr wd) - lr scale o.
+	MuonApply(p, o *Tensor, lr, wd, scale float32) error
+}
+
+// MatMulOpts modifies MatMul.
+type MatMulOpts struct {
+	TransA, TransB bool // use the transpose of a / b (last two dimensions)
+	Accumulate     bool // out += product instead of out = product
+}
+
+// CrossEntropyOpts modifies CrossEntropy.
+type CrossEntropyOpts struct {
+	IgnoreIndex int32   // targets equal to this are skipped; conventionally -100
+	GradScale   float32 // multiplies dLogits, typically 1/(number of counted targets)
+}
+
+// AttentionOpts are the masking and scaling options shared by the attention
+// family.
+type AttentionOpts struct {
+	// Causal applies the KV-cache convention: query i attends to keys
+	// j <= i + (Lk - Lq). It requires Lq <= Lk.
+	Causal bool
+	// Scale multiplies q.k; 0 means 1/sqrt(D). The probe score r.k is never
+	// scaled.
+	Scale float32
+	// Window > 0 additionally requires j > i + (Lk - Lq) - Window (a sliding
+	// window of Window keys ending at the diagonal); it requires Causal.
+	Window int
+}
+
+// ScaleFor returns the effective q.k scale for head dimension d.
+func (o AttentionOpts) ScaleFor(d int) float32 {
+	if o.Scale != 0 {
+		return o.Scale
+	}
+	return float32(1 / sqrt64(float64(d)))
+}
+
+// AttentionArgs are the operands of Attention. Q and R are [B, Hq, Lq, D];
+// K and V are [B, Hkv, Lk, D] with Hq a multiple of Hkv (query head h reads
+// KV head h / G).
+type AttentionArgs struct {
+	Q, K, V *Tensor
+	R       *Tensor // the Parallax probe; nil for softmax attention
+	O       *Tensor // output [B, Hq, Lq, D]
+	// Saved statistics for the backward; each may be nil when not training.
+	LSE  *Tensor // F32 [B, Hq, Lq]: m + log d1, the row's log-sum-exp
+	Vbar *Tensor // [B, Hq, Lq, D]: o_SA (only with R)
+	Tbar *Tensor // F32 [B, Hq, Lq]: sum_j p t (only with R)
+	AttentionOpts
+}
+
+// AttentionBackwardArgs are the operands of AttentionBackward: the forward's
+// inputs and outputs, the upstream gradient DO and the gradients to write.
+type AttentionBackwardArgs struct {
+	Q, K, V, R     *Tensor // R nil for softmax attention
+	O, DO          *Tensor
+	LSE            *Tensor // required
+	Vbar, Tbar     *Tensor // required with R
+	DQ, DK, DV, DR *Tensor // DR required with R, nil without
+	AttentionOpts
+}
+
+// DecodeArgs are the operands of DecodeAttention. Q (and R) are
+// [B, Hq, Lq, D] (Lq = 1 for token-by-token decoding), KCache and VCache
+// [B, Hkv, Cap, D], Lens I32 [B] with Lq <= Lens[b] <= Cap: the number of
+// valid cache entries of sequence b, including the Lq new ones.
+type DecodeArgs struct {
+	Q, R           *Tensor // R nil for softmax attention
+	KCache, VCache *Tensor
+	Lens           *Tensor
+	O              *Tensor
+	Scale          float32 // 0 means 1/sqrt(D)
+	Window         int     // 0: no sliding window
+	Splits         int     // number of split-KV chunks; 0 lets the backend choose
+}
+
+// LLASolver selects how LLA solves its D x D systems.
+type LLASolver int
+
+// LLA solvers.
+const (
+	SolveCG     LLASolver = iota // conjugate gradients (the default)
+	SolveDirect                  // Cholesky factorisation (a cross-check)
+)
+
+// String names the solver.
+func (s LLASolver) String() string {
+	if s == SolveDirect {
+		return "direct"
+	}
+	return "cg"
+}
+
+// LLAArgs are the operands of LLA, shaped like AttentionArgs.
+type LLAArgs struct {
+	Q, K, V *Tensor
+	O       *Tensor
+	// Optional outputs for analysis: RhoStar [B, Hq, Lq, D] = Sig^-1 mu, and
+	// Eta F32 [B, Hq, Lq], the boundary amplification
+	// (kbar - q)^T (Sigma_KK + lambda I)^-1 (kbar - q). Then
+	// o = o_SA - (1 + eta) Sigma_KV rho*: LLA is Parallax with
+	// r = (1 + eta) rho*.
+	RhoStar, Eta *Tensor
+	Lambda       float32 // ridge, >= 0
+	Solver       LLASolver
+	// CG stops when ||residual|| <= Tol ||rhs|| (0 means 1e-6) or after
+	// MaxIter iterations (0 means 4 D).
+	Tol     float32
+	MaxIter int
+	AttentionOpts
+}
+
+// LinearAttentionArgs are the operands of LinearAttention. R is the probe
+// [B, Hq, Lq, D]; K, V [B, Hkv, Lk, D]. Masking follows AttentionOpts
+// (Causal, Window); Scale is not used.
+type LinearAttentionArgs struct {
+	R, K, V *Tensor
+	O       *Tensor
+	Affine  bool // affine linear attention (with the vbar intercept)
+	AttentionOpts
+}
+
+// LinearAttentionBackwardArgs are the operands of LinearAttentionBackward.
+type LinearAttentionBackwardArgs struct {
+	R, K, V    *Tensor
+	DO         *Tensor
+	DR, DK, DV *Tensor
+	Affine     bool
+	AttentionOpts
+}
+
+// AdamWOpts are AdamW's hyperparameters for one step.
+type AdamWOpts struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float32
+	Step                               int // 1-based step count for bias correction
+}

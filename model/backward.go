@@ -1,0 +1,113 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/parallax-engine/parallax/engine"
+)
+
+// Backward computes the gradients of lossScale * (mean loss of the last
+// Forward) and ADDS them to every parameter's G (allocating G on first use):
+// the caller zeroes the gradients (ZeroGrads) before a step, and gradient
+// accumulation over k micro-batches is k Forward/Backward pairs with
+// lossScale 1/k (or count_i/total to weight by counted tokens).
+//
+// It is the forward read in reverse: the head and final norm, then each
+// block from the last to the first (MLP, then attention), then the
+// embedding. The logits buffer is reused for dLogits.
+func (m *Model) Backward(lossScale float32) error {
+	a := m.last
+	switch {
+	case a == nil:
+		return errors.New("backward: no forward has run")
+	case !a.Train:
+		return errors.New("backward: the last forward was Evaluate (use Forward to train)")
+	case !a.haveLoss:
+		return errors.New("backward: the last forward had no targets")
+	case a.logitsGone:
+		return errors.New("backward: already run for this forward")
+	}
+	if err := m.AllocGrads(); err != nil {
+		return err
+	}
+	if err := m.allocGrads(a); err != nil {
+		return fmt.Errorf("backward: %w", err)
+	}
+	c := m.Config
+	g := a.grads
+	r := &rec{dev: m.Dev, where: "head"}
+	hw := m.HeadWeight()
+
+	// Loss and head: dLogits = scale/count * (softmax - onehot), in place.
+	scale := float32(0)
+	if a.count > 0 {
+		scale = lossScale / float32(a.count)
+	}
+	r.crossEntropy(a.loss, a.logits, a.logits, a.targets,
+		engine.CrossEntropyOpts{IgnoreIndex: IgnoreIndex, GradScale: scale})
+	a.logitsGone = true
+	r.linearBackward(g.dln, hw.G, a.logits, a.lnf, hw.W, false)
+	r.rmsnormBackward(g.dres, m.Norm.G, g.dln, a.res[c.Layers], m.Norm.W, a.lnfRstd)
+
+	for l := c.Layers - 1; l >= 0; l-- {
+		r.where = fmt.Sprintf("layer %d", l)
+		m.blockBackward(r, l, a, a.res[l])
+	}
+
+	r.where = "embedding"
+	r.embeddingBackward(m.Embed.G, a.ids, g.dres)
+	if r.err != nil {
+		return fmt.Errorf("backward: %w", r.err)
+	}
+	return nil
+}
+
+// blockBackward is blockForward in reverse. On entry g.dres holds dL/d(out);
+// on return dL/dx.
+func (m *Model) blockBackward(r *rec, l int, a *Activations, x *engine.Tensor) {
+	c := m.Config
+	blk := &m.Blocks[l]
+	la := &a.layers[l]
+	g := a.grads
+	theta := float32(c.RopeTheta)
+	qd, kvd := c.QDim(), c.KVDim()
+
+	// MLP: out = mid + W_down act, act = silu(gate) * up, gate/up = W h2.
+	r.linearBackward(g.dh, blk.Down.G, g.dres, la.act, blk.Down.W, false)
+	r.swigluBackward(g.dgate, g.dup, g.dh, la.gate, la.up)
+	r.linearBackward(g.dln, blk.Gate.G, g.dgate, la.ln2, blk.Gate.W, false)
+	r.linearBackward(g.dln, blk.Up.G, g.dup, la.ln2, blk.Up.W, true)
+	r.rmsnormBackward(g.dtmp, blk.PostNorm.G, g.dln, la.mid, blk.PostNorm.W, la.ln2Rstd)
+	r.add(g.dres, g.dres, g.dtmp) // g.dres = dL/dmid
+
+	// Attention: mid = x + W_O attT.
+	r.linearBackward(mat(g.dattT, qd), blk.O.G, g.dres, mat(la.attT, qd), blk.O.W, false)
+	r.swap(g.datt, g.dattT)
+	r.attentionBackward(engine.AttentionBackwardArgs{Q: la.qh, K: la.kh, V: la.vh, R: la.rh,
+		O: la.att, DO: g.datt, LSE: la.lse, Vbar: la.vbar, Tbar: la.tbar,
+		DQ: g.dqh, DK: g.dkh, DV: g.dvh, DR: g.drh, AttentionOpts: engine.AttentionOpts{Causal: true}})
+
+	// RoPE, the swap to [B, T, H, D] (into the forward's scratch buffers)
+	// and the head norms, for q, k and r; v only swaps back.
+	r.ropeBackward(g.dqh, a.pos, theta)
+	r.swap(a.qn, g.dqh)
+	r.rmsnormBackward(g.dq, blk.QNorm.G, a.qn, la.q, blk.QNorm.W, la.qRstd)
+	r.ropeBackward(g.dkh, a.pos, theta)
+	r.swap(a.kn, g.dkh)
+	r.rmsnormBackward(g.dk, blk.KNorm.G, a.kn, la.k, blk.KNorm.W, la.kRstd)
+	r.swap(g.dv, g.dvh)
+
+	// The projections share their input h = ln1: their input grads add up.
+	r.linearBackward(g.dln, blk.Q.G, mat(g.dq, qd), la.ln1, blk.Q.W, false)
+	r.linearBackward(g.dln, blk.K.G, mat(g.dk, kvd), la.ln1, blk.K.W, true)
+	r.linearBackward(g.dln, blk.V.G, mat(g.dv, kvd), la.ln1, blk.V.W, true)
+	if c.Parallax() {
+		r.ropeBackward(g.drh, a.pos, theta)
+		r.swap(a.rn, g.drh)
+		r.rmsnormBackward(g.dr, blk.RNorm.G, a.rn, la.r, blk.RNorm.W, la.rRstd)
+		r.linearBackward(g.dln, blk.R.G, mat(g.dr, qd), la.ln1, blk.R.W, true)
+	}
+	r.rmsnormBackward(g.dtmp, blk.InputNorm.G, g.dln, x, blk.InputNorm.W, la.ln1Rstd)
+	r.add(g.dres, g.dres, g.dtmp) // g.dres = dL/dx
+}

@@ -1,0 +1,348 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/parallax-engine/parallax/engine"
+)
+
+// LossStats is the cross-entropy of one forward over its counted targets
+// (those not equal to IgnoreIndex).
+type LossStats struct {
+	Mean  float64 // Sum / Count; 0 when nothing was counted
+	Sum   float64 // sum of the per-token losses (summed in float64)
+	Count int     // number of counted targets
+}
+
+// Forward is the training forward: tokens and targets are [B, T] row-major
+// (len B*T), a target of IgnoreIndex is not counted; targets may be nil (no
+// loss). Every layer's activations are kept for Backward, and Logits and
+// CORs read the result.
+func (m *Model) Forward(tokens, targets []int32, B, T int) (LossStats, error) {
+	return m.forwardBatch(tokens, targets, B, T, true)
+}
+
+// Evaluate is Forward without keeping what Backward needs: it runs in the
+// smaller inference buffers (one set of layer activations for all layers).
+// Logits reads its result.
+func (m *Model) Evaluate(tokens, targets []int32, B, T int) (LossStats, error) {
+	return m.forwardBatch(tokens, targets, B, T, false)
+}
+
+func (m *Model) forwardBatch(tokens, targets []int32, B, T int, train bool) (LossStats, error) {
+	if err := m.checkTokens(tokens, targets, B, T); err != nil {
+		return LossStats{}, err
+	}
+	if T > m.Config.MaxSeq {
+		return LossStats{}, fmt.Errorf("forward: sequence length %d exceeds the model's max_seq %d", T, m.Config.MaxSeq)
+	}
+	a, err := m.activations(B, T, train)
+	if err != nil {
+		return LossStats{}, err
+	}
+	m.last = nil
+	if err := m.upload(a, tokens, targets, 0); err != nil {
+		return LossStats{}, err
+	}
+	if err := m.forward(a, nil, false); err != nil {
+		return LossStats{}, fmt.Errorf("forward: %w", err)
+	}
+	m.last = a
+	if !a.haveLoss {
+		return LossStats{}, m.Dev.Sync()
+	}
+	return m.lossStats(a)
+}
+
+// checkTokens validates a batch on the host, so a bad id is reported as the
+// caller's mistake with its position rather than as a device error.
+func (m *Model) checkTokens(tokens, targets []int32, B, T int) error {
+	if B <= 0 || T <= 0 {
+		return fmt.Errorf("forward: batch %dx%d is empty", B, T)
+	}
+	if len(tokens) != B*T {
+		return fmt.Errorf("forward: %d tokens do not fill a %dx%d batch", len(tokens), B, T)
+	}
+	if targets != nil && len(targets) != B*T {
+		return fmt.Errorf("forward: %d targets do not fill a %dx%d batch", len(targets), B, T)
+	}
+	V := int32(m.Config.Vocab)
+	for i, t := range tokens {
+		if t < 0 || t >= V {
+			return fmt.Errorf("forward: token %d at (%d, %d) is outside the vocabulary [0, %d)", t, i/T, i%T, V)
+		}
+	}
+	for i, t := range targets {
+		if t != IgnoreIndex && (t < 0 || t >= V) {
+			return fmt.Errorf("forward: target %d at (%d, %d) is outside the vocabulary [0, %d) and is not %d (ignore)", t, i/T, i%T, V, IgnoreIndex)
+		}
+	}
+	return nil
+}
+
+// upload writes a batch's ids, targets and (if changed) positions
+// start..start+T-1.
+func (m *Model) upload(a *Activations, tokens, targets []int32, start int) error {
+	if err := writeInt32s(m.Dev, a.ids, tokens); err != nil {
+		return fmt.Errorf("upload tokens: %w", err)
+	}
+	a.haveLoss, a.count, a.logitsGone = targets != nil, 0, false
+	if targets != nil {
+		for _, t := range targets {
+			if t != IgnoreIndex {
+				a.count++
+			}
+		}
+		if err := writeInt32s(m.Dev, a.targets, targets); err != nil {
+			return fmt.Errorf("upload targets: %w", err)
+		}
+	}
+	if a.posStart != start {
+		pos := make([]int32, a.T)
+		for i := range pos {
+			pos[i] = int32(start + i)
+		}
+		if err := writeInt32s(m.Dev, a.pos, pos); err != nil {
+			return fmt.Errorf("upload positions: %w", err)
+		}
+		a.posStart = start
+	}
+	return nil
+}
+
+// forward runs the whole model over the uploaded batch: embedding, the
+// blocks, the final norm, the head and (with targets) the per-token loss.
+// With a cache, the blocks append their keys and values at positions
+// a.posStart.. and attend over the cache. With last, only each sequence's
+// last position goes through the head, into a.lastLogits [B, V].
+func (m *Model) forward(a *Activations, cache *KVCache, last bool) error {
+	c := m.Config
+	r := &rec{dev: m.Dev}
+	r.embedding(a.res[0], m.Embed.W, a.ids)
+	for l := range c.Layers {
+		r.where = fmt.Sprintf("layer %d", l)
+		x := a.res[l%len(a.res)]
+		out := a.res[(l+1)%len(a.res)]
+		m.blockForward(r, l, a, &a.layers[l%len(a.layers)], x, out, cache)
+	}
+	r.where = "head"
+	final := a.res[c.Layers%len(a.res)]
+	if last {
+		if err := m.allocLast(a); err != nil {
+			return err
+		}
+		// Gather the last rows with the embedding op (a row gather of the
+		// [N, d] stream); the final norm is per row, so norming after the
+		// gather is the same.
+		r.embedding(a.lastRows, final, a.lastIdx)
+		r.rmsnorm(a.lastNorm, nil, a.lastRows, m.Norm.W, float32(c.NormEps))
+		r.linear(a.lastLogits, a.lastNorm, m.HeadWeight().W)
+		return r.err
+	}
+	r.rmsnorm(a.lnf, a.lnfRstd, final, m.Norm.W, float32(c.NormEps))
+	r.linear(a.logits, a.lnf, m.HeadWeight().W)
+	if a.haveLoss {
+		r.crossEntropy(a.loss, nil, a.logits, a.targets, engine.CrossEntropyOpts{IgnoreIndex: IgnoreIndex})
+	}
+	return r.err
+}
+
+// allocLast allocates the buffers of a last-position-only head.
+func (m *Model) allocLast(a *Activations) error {
+	if a.lastLogits != nil {
+		return nil
+	}
+	al := &alloc{dev: m.Dev}
+	lastIdx := al.t(engine.I32, a.B)
+	lastRows, lastNorm := al.t(m.DType, a.B, m.Config.Dim), al.t(m.DType, a.B, m.Config.Dim)
+	lastLogits := al.t(engine.F32, a.B, m.Config.Vocab)
+	if al.err != nil {
+		al.fail()
+		return al.err
+	}
+	idx := make([]int32, a.B)
+	for b := range idx {
+		idx[b] = int32(b*a.T + a.T - 1)
+	}
+	if err := writeInt32s(m.Dev, lastIdx, idx); err != nil {
+		al.fail()
+		return err
+	}
+	a.lastIdx, a.lastRows, a.lastNorm, a.lastLogits = lastIdx, lastRows, lastNorm, lastLogits
+	return nil
+}
+
+// blockForward is one pre-norm block (spec/model.md):
+//
+//	h = RMSNorm(x); q, k, v, r = W h; q, k, r = RoPE(headnorm(.))
+//	mid = x + W_O Attention(q, k, v, r)
+//	out = mid + W_down(silu(W_gate h2) * W_up h2), h2 = RMSNorm(mid)
+func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, out *engine.Tensor, cache *KVCache) {
+	c := m.Config
+	blk := &m.Blocks[l]
+	eps, theta := float32(c.NormEps), float32(c.RopeTheta)
+	qd, kvd := c.QDim(), c.KVDim()
+
+	r.rmsnorm(la.ln1, la.ln1Rstd, x, blk.InputNorm.W, eps)
+	r.linear(mat(la.q, qd), la.ln1, blk.Q.W)
+	r.linear(mat(la.k, kvd), la.ln1, blk.K.W)
+	r.linear(mat(a.vn, kvd), la.ln1, blk.V.W)
+	// Per-head RMSNorm before RoPE, then [B, T, H, D] -> [B, H, T, D].
+	r.rmsnorm(a.qn, la.qRstd, la.q, blk.QNorm.W, eps)
+	r.swap(la.qh, a.qn)
+	r.rope(la.qh, a.pos, theta)
+	r.rmsnorm(a.kn, la.kRstd, la.k, blk.KNorm.W, eps)
+	r.swap(la.kh, a.kn)
+	r.rope(la.kh, a.pos, theta)
+	r.swap(la.vh, a.vn)
+	if c.Parallax() {
+		r.linear(mat(la.r, qd), la.ln1, blk.R.W)
+		r.rmsnorm(a.rn, la.rRstd, la.r, blk.RNorm.W, eps)
+		r.swap(la.rh, a.rn)
+		r.rope(la.rh, a.pos, theta) // r takes the query positions
+	}
+
+	switch {
+	case cache == nil || a.posStart == 0:
+		r.attention(engine.AttentionArgs{Q: la.qh, K: la.kh, V: la.vh, R: la.rh, O: la.att,
+			LSE: la.lse, Vbar: la.vbar, Tbar: la.tbar, AttentionOpts: engine.AttentionOpts{Causal: true}})
+		if cache != nil {
+			r.kvAppend(cache.K[l], la.kh, 0)
+			r.kvAppend(cache.V[l], la.vh, 0)
+		}
+	default:
+		r.kvAppend(cache.K[l], la.kh, a.posStart)
+		r.kvAppend(cache.V[l], la.vh, a.posStart)
+		r.decodeAttention(engine.DecodeArgs{Q: la.qh, R: la.rh, KCache: cache.K[l], VCache: cache.V[l],
+			Lens: cache.lens, O: la.att})
+	}
+
+	r.swap(la.attT, la.att)
+	r.copy(la.mid, x)
+	r.linearAdd(la.mid, mat(la.attT, qd), blk.O.W)
+
+	r.rmsnorm(la.ln2, la.ln2Rstd, la.mid, blk.PostNorm.W, eps)
+	r.linear(la.gate, la.ln2, blk.Gate.W)
+	r.linear(la.up, la.ln2, blk.Up.W)
+	r.swiglu(la.act, la.gate, la.up)
+	r.copy(out, la.mid)
+	r.linearAdd(out, la.act, blk.Down.W)
+}
+
+// lossStats downloads the per-token losses and reduces them in float64.
+func (m *Model) lossStats(a *Activations) (LossStats, error) {
+	loss, err := engine.Float32s(a.loss)
+	if err != nil {
+		return LossStats{}, fmt.Errorf("forward: %w", err)
+	}
+	if err := m.Dev.Sync(); err != nil {
+		return LossStats{}, fmt.Errorf("forward: %w", err)
+	}
+	var s LossStats
+	for _, v := range loss {
+		s.Sum += float64(v)
+	}
+	s.Count = a.count
+	if s.Count > 0 {
+		s.Mean = s.Sum / float64(s.Count)
+	}
+	if math.IsNaN(s.Sum) || math.IsInf(s.Sum, 0) {
+		return s, fmt.Errorf("forward: %w (%v)", ErrNonFiniteLoss, s.Sum)
+	}
+	return s, nil
+}
+
+// ErrNonFiniteLoss is wrapped by the error of a forward whose loss is NaN or
+// infinite (the LossStats are returned with it); NonFiniteLayer says where
+// it started.
+var ErrNonFiniteLoss = errors.New("the loss is not finite")
+
+// NonFiniteLayer reports where the last training Forward first produced a
+// NaN or infinity: -1 for the embedding, l for the output of layer l,
+// Layers for the logits, and ok false if everything is finite. It downloads
+// the residual stream layer by layer, so it is for diagnosing, not for
+// every step.
+func (m *Model) NonFiniteLayer() (layer int, ok bool, err error) {
+	a := m.last
+	if a == nil || !a.Train {
+		return 0, false, errors.New("non-finite check: needs a training Forward first")
+	}
+	bad := func(t *engine.Tensor) (bool, error) {
+		v, err := engine.Float32s(t)
+		if err != nil {
+			return false, err
+		}
+		for _, x := range v {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+	for l, t := range a.res {
+		if b, err := bad(t); err != nil || b {
+			return l - 1, b, err
+		}
+	}
+	if a.logitsGone {
+		return 0, false, nil
+	}
+	b, err := bad(a.logits)
+	return m.Config.Layers, b, err
+}
+
+// Logits downloads the logits [B*T, V] (row-major) of the last Forward or
+// Evaluate. They are gone after Backward, which turns them into their
+// gradient in place.
+func (m *Model) Logits() ([]float32, error) {
+	a := m.last
+	if a == nil {
+		return nil, errors.New("logits: no forward has run")
+	}
+	if a.logitsGone {
+		return nil, errors.New("logits: Backward has overwritten them (read them before Backward)")
+	}
+	return engine.Float32s(a.logits)
+}
+
+// SequenceLogits runs one sequence through the model and returns its logits
+// [T, V] (row-major, position t predicting token t+1): the full forward
+// behind `eval --dump-logits`.
+func (m *Model) SequenceLogits(tokens []int) ([]float32, error) {
+	ids := make([]int32, len(tokens))
+	for i, t := range tokens {
+		ids[i] = int32(t)
+	}
+	if _, err := m.Evaluate(ids, nil, 1, len(ids)); err != nil {
+		return nil, err
+	}
+	return m.Logits()
+}
+
+// CORs returns each layer's correction-to-output ratio, mean over tokens and
+// heads of ||Sigma_KV r|| / ||o_SA|| (spec/parallax-math.md section 7), from
+// the last training Forward of a Parallax model.
+func (m *Model) CORs() ([]float64, error) {
+	a := m.last
+	if !m.Config.Parallax() {
+		return nil, errors.New("COR: a softmax model has no correction")
+	}
+	if a == nil || !a.Train {
+		return nil, errors.New("COR: needs a training Forward first (Evaluate does not keep o_SA)")
+	}
+	out := make([]float64, m.Config.Layers)
+	for l := range out {
+		la := &a.layers[l]
+		if err := m.Dev.CorrectionRatio(a.cor, la.att, la.vbar); err != nil {
+			return nil, fmt.Errorf("COR layer %d: %w", l, err)
+		}
+		v, err := engine.Float32s(a.cor)
+		if err != nil {
+			return nil, fmt.Errorf("COR layer %d: %w", l, err)
+		}
+		out[l] = float64(v[0])
+	}
+	return out, nil
+}

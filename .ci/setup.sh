@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian/Ubuntu machine lacks to build and test the
+# project, and nothing else: each requirement is checked first, and apt-get
+# runs only for a missing one when we are root. Safe to run any number of
+# times; quiet when everything is present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+min_go_minor=26 # go.mod's "go 1.26"
+
+say() { echo "setup: $*" >&2; }
+
+apt_updated=0
+# apt_install PKG... installs Debian packages, as root only.
+apt_install() {
+	if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+		say "missing $*; install it (as root: apt-get install $*)"
+		return 1
+	fi
+	if [[ $apt_updated -eq 0 ]]; then
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+		apt_updated=1
+	fi
+	say "installing $*"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# need_cmd CMD PKG... installs PKG... unless CMD is on the PATH.
+need_cmd() {
+	local cmd=$1
+	shift
+	command -v "$cmd" >/dev/null 2>&1 || apt_install "$@"
+}
+
+# need_lib SONAME PKG... installs PKG... unless the dynamic linker knows SONAME.
+need_lib() {
+	local lib=$1
+	shift
+	ldconfig -p 2>/dev/null | grep -q "$lib" || apt_install "$@"
+}
+
+# Go is not installed from apt (Debian's is older than go.mod needs).
+if ! command -v go >/dev/null 2>&1; then
+	say "Go is not installed. Install Go 1.${min_go_minor} or newer from https://go.dev/dl/ and put its bin directory on the PATH."
+	exit 1
+fi
+gover=$(go env GOVERSION 2>/dev/null || true)
+if [[ $gover =~ ^go1\.([0-9]+) ]] && ((BASH_REMATCH[1] < min_go_minor)); then
+	say "$gover is too old; this module needs Go 1.${min_go_minor} or newer (https://go.dev/dl/)."
+	exit 1
+fi
+
+need_cmd git git

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/parallax-engine/parallax/engine"
+)
+
+const devicesUsage = `
+Usage:
+  parallax devices [--json]
+
+Lists every compute backend built into this program, the devices each one
+finds on this machine (ID, name, kind, memory, dtypes, features), or why a
+backend cannot run here. A device ID is what --device accepts elsewhere;
+"auto" picks CUDA first, then a discrete Vulkan GPU, then any Vulkan device,
+then the CPU.
+`
+
+const devicesExamples = `
+  parallax devices
+  parallax devices --json | jq '.backends[].devices[].id'
+`
+
+func runDevices(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("devices", devicesUsage, devicesExamples, stdout)
+	asJSON := fs.Bool("json", false, "print the listing as JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	list := engine.List()
+	if *asJSON {
+		return writeDevicesJSON(stdout, list)
+	}
+	writeDevicesText(stdout, list)
+	return nil
+}
+
+// deviceJSON and backendJSON are the --json listing's schema.
+type deviceJSON struct {
+	ID          string            `json:"id"`
+	Backend     string            `json:"backend"`
+	Index       int               `json:"index"`
+	Name        string            `json:"name"`
+	Kind        string            `json:"kind"`
+	MemoryBytes int64             `json:"memory_bytes"` // 0 when unknown
+	DTypes      []string          `json:"dtypes"`
+	Features    map[string]string `json:"features"`
+}
+
+type backendJSON struct {
+	Name      string       `json:"name"`
+	Available bool         `json:"available"`
+	Error     string       `json:"error,omitempty"`
+	Devices   []deviceJSON `json:"devices"`
+}
+
+func writeDevicesJSON(w io.Writer, list []engine.BackendStatus) error {
+	out := struct {
+		Backends []backendJSON `json:"backends"`
+	}{Backends: []backendJSON{}}
+	for _, b := range list {
+		bj := backendJSON{Name: b.Name, Available: b.Err == nil, Devices: []deviceJSON{}}
+		if b.Err != nil {
+			bj.Error = b.Err.Error()
+		}
+		for _, d := range b.Devices {
+			dj := deviceJSON{ID: d.ID(), Backend: d.Backend, Index: d.Index, Name: d.Name,
+				Kind: d.Kind.String(), MemoryBytes: d.Memory, DTypes: dtypeNames(d.DTypes),
+				Features: map[string]string{}}
+			for k, v := range d.Features {
+				dj.Features[k] = v
+			}
+			bj.Devices = append(bj.Devices, dj)
+		}
+		out.Backends = append(out.Backends, bj)
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+func writeDevicesText(w io.Writer, list []engine.BackendStatus) {
+	if len(list) == 0 {
+		fmt.Fprintln(w, "no compute backends are built into this program")
+		return
+	}
+	for _, b := range list {
+		switch {
+		case b.Err != nil:
+			fmt.Fprintf(w, "%s: unavailable: %v\n", b.Name, b.Err)
+			continue
+		case len(b.Devices) == 0:
+			fmt.Fprintf(w, "%s: no devices found\n", b.Name)
+			continue
+		case len(b.Devices) == 1:
+			fmt.Fprintf(w, "%s: 1 device\n", b.Name)
+		default:
+			fmt.Fprintf(w, "%s: %d devices\n", b.Name, len(b.Devices))
+		}
+		for _, d := range b.Devices {
+			fmt.Fprintf(w, "  %s  %s\n", d.ID(), d.Name)
+			fmt.Fprintf(w, "    kind:    %s\n", d.Kind)
+			fmt.Fprintf(w, "    memory:  %s\n", formatBytes(d.Memory))
+			fmt.Fprintf(w, "    dtypes:  %s\n", strings.Join(dtypeNames(d.DTypes), ", "))
+			keys := make([]string, 0, len(d.Features))
+			for k := range d.Features {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				fmt.Fprintf(w, "    %s: %s\n", k, d.Features[k])
+			}
+		}
+	}
+}
+
+func dtypeNames(ds []engine.DType) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.String()
+	}
+	return out
+}
+
+// formatBytes renders a byte count in binary units ("139.8 GiB"), or
+// "unknown" for 0.
+func formatBytes(n int64) string {
+	if n <= 0 {
+		return "unknown"
+	}
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n), -1
+	for v >= unit && i < 4 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[i])
+}

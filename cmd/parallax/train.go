@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/parallax-engine/parallax/model"
+	"github.com/parallax-engine/parallax/train"
+)
+
+const trainUsage = `
+Usage:
+  parallax train [flags]
+
+Trains a language model with Parallax (or softmax) attention and writes the
+checkpoint (config.json, model.safetensors, optimizer.safetensors,
+tokenizer.json), metrics.jsonl and curves.png into --out.
+
+Without --data it trains on the embedded corpus: five Austen novels, with
+Northanger Abbey held out for validation. --data takes a text file (its last
+10% is held out), a directory of *.txt files (the last one is held out) or
+a tokenized dataset directory. A byte-level BPE tokenizer of --vocab tokens
+is trained on the training text unless --tokenizer names one.
+
+The optimizer is Muon for the hidden matrices (q, k, v, r, o, gate, up, down,
+each on its own) with AdamW for the embedding, head and norm gains, or AdamW
+for everything (--optimizer adamw). --lr sets the main group's peak rate
+(Muon's, or AdamW's with --optimizer adamw); --adamw-lr the AdamW group's
+under Muon.
+
+Ctrl-C finishes the current step and saves a checkpoint; --resume continues
+it exactly (the run's settings come from the checkpoint; --steps may be
+raised).
+`
+
+const trainExamples = `
+  parallax train                                   # tiny model, embedded corpus
+  parallax train --config small --device cuda:0 --steps 5000 --out runs/small
+  parallax train --attention softmax --optimizer adamw --lr 3e-3 --out runs/base
+  parallax train --out runs/small --resume
+`
+
+// runDefining lists the flags that define a run (not allowed with --resume).
+var runDefining = []string{"config", "data", "attention", "optimizer", "batch", "seq", "accum",
+	"lr", "adamw-lr", "weight-decay", "adamw-weight-decay", "momentum", "muon-scale", "beta1", "beta2",
+	"schedule", "warmup", "decay-frac", "min-lr-ratio", "clip", "vocab", "tokenizer", "seed", "dtype"}
+
+func runTrain(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("train", trainUsage, trainExamples, stdout)
+	d := train.DefaultConfig()
+	cfg := d
+	fs.StringVar(&cfg.Model, "config", d.Model, "model preset ("+strings.Join(model.Presets(), ", ")+") or a config.json")
+	fs.StringVar(&cfg.Data, "data", "", "training text: a file, a directory of *.txt, or a tokenized dataset (default: the embedded corpus)")
+	fs.StringVar(&cfg.Attention, "attention", "", "attention: parallax or softmax (default: the config's; presets are parallax)")
+	opt := fs.String("optimizer", train.OptMuon, "optimizer: muon (Muon + AdamW) or adamw")
+	fs.StringVar(&cfg.Device, "device", d.Device, "device: auto, cpu, vulkan:N, cuda:N")
+	fs.StringVar(&cfg.DType, "dtype", d.DType, "activation dtype: auto (bf16 on GPUs, f32 on the CPU), f32, bf16, f16")
+	fs.IntVar(&cfg.Steps, "steps", d.Steps, "optimizer steps")
+	fs.IntVar(&cfg.Batch, "batch", d.Batch, "sequences per micro-batch")
+	fs.IntVar(&cfg.Seq, "seq", d.Seq, "tokens per sequence")
+	fs.IntVar(&cfg.Accum, "accum", d.Accum, "micro-batches per step (gradient accumulation)")
+	lr := fs.Float64("lr", 0, "peak learning rate of the main group (default: Muon 0.02, AdamW 3e-3)")
+	adamLR := fs.Float64("adamw-lr", 0, "peak learning rate of the AdamW group under Muon (default 3e-3)")
+	wd := fs.Float64("weight-decay", -1, "decoupled weight decay of the hidden matrices (default: Muon 0.01, AdamW 0.1)")
+	adamWD := fs.Float64("adamw-weight-decay", 0, "decoupled weight decay of the embedding and head")
+	momentum := fs.Float64("momentum", 0.95, "Muon momentum")
+	scale := fs.String("muon-scale", train.ScaleKeller, "Muon shape scaling: keller (sqrt(max(1,rows/cols))) or moonlight (0.2 sqrt(max(rows,cols)), AdamW-like lr)")
+	beta1 := fs.Float64("beta1", 0.9, "AdamW beta1")
+	beta2 := fs.Float64("beta2", 0.95, "AdamW beta2")
+	sched := fs.String("schedule", train.SchedWSD, "learning-rate schedule: wsd, cosine or constant")
+	warmup := fs.Int("warmup", -1, "warmup steps (default 5% of the steps, at most 200)")
+	decay := fs.Float64("decay-frac", 0.2, "WSD: final fraction of the steps with linear decay")
+	minRatio := fs.Float64("min-lr-ratio", 0.1, "final learning rate as a fraction of the peak")
+	fs.Float64Var(&cfg.ClipNorm, "clip", d.ClipNorm, "clip the global gradient norm at this value (0: off)")
+	fs.IntVar(&cfg.Vocab, "vocab", 0, "BPE vocabulary size to train (default: the config's, 4096 for tiny)")
+	fs.StringVar(&cfg.Tokenizer, "tokenizer", "", "use this tokenizer.json instead of training one")
+	fs.StringVar(&cfg.Out, "out", "run", "output directory")
+	fs.BoolVar(&cfg.Resume, "resume", false, "continue the checkpoint in --out")
+	fs.IntVar(&cfg.EvalEvery, "eval-every", d.EvalEvery, "evaluate every N steps and at the end (-1: never)")
+	fs.IntVar(&cfg.EvalBatches, "eval-batches", d.EvalBatches, "validation batches per evaluation (0: the whole held-out text)")
+	fs.IntVar(&cfg.SaveEvery, "save-every", d.SaveEvery, "checkpoint every N steps and at the end (-1: only at the end)")
+	fs.IntVar(&cfg.LogEvery, "log-every", d.LogEvery, "metrics line every N steps")
+	fs.Uint64Var(&cfg.Seed, "seed", d.Seed, "seed of the initialisation and the data order")
+	fs.BoolVar(&cfg.SkipNonFinite, "skip-nonfinite", false, "skip steps with a NaN/Inf loss or gradient instead of stopping")
+	peak := fs.Float64("peak-tflops", 0, "device peak TFLOP/s for the MFU figure (default: what the device reports)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	if cfg.Resume {
+		for _, name := range runDefining {
+			if fs.Changed(name) {
+				return usagef("--%s cannot change a resumed run (its settings come from the checkpoint in %s); only --steps may be raised", name, cfg.Out)
+			}
+		}
+		if !fs.Changed("steps") {
+			cfg.Steps = 0 // keep the checkpoint's
+		}
+	}
+	cfg.PeakFLOPS = *peak * 1e12
+
+	o := train.DefaultOptimConfig(*opt)
+	o.Muon.Momentum, o.Muon.Scaling = *momentum, *scale
+	o.AdamW.Beta1, o.AdamW.Beta2 = *beta1, *beta2
+	o.AdamW.EmbedWeightDecay = *adamWD
+	if *scale == train.ScaleMoonlight {
+		o.Muon.LR, o.Muon.WeightDecay = 0, 0.1 // Moonlight: AdamW's lr, wd 0.1
+	}
+	switch *opt {
+	case train.OptMuon:
+		if *lr > 0 {
+			o.Muon.LR = *lr
+		}
+		if *adamLR > 0 {
+			o.AdamW.LR = *adamLR
+		}
+		if *wd >= 0 {
+			o.Muon.WeightDecay = *wd
+		}
+	case train.OptAdamW:
+		if *lr > 0 {
+			o.AdamW.LR = *lr
+		}
+		if fs.Changed("adamw-lr") {
+			return usagef("--adamw-lr is for --optimizer muon; with adamw use --lr")
+		}
+		if *wd >= 0 {
+			o.AdamW.WeightDecay = *wd
+		}
+	default:
+		return usagef("--optimizer %q: want muon or adamw", *opt)
+	}
+	cfg.Optim = o
+	cfg.Schedule = train.DefaultSchedule(cfg.Steps)
+	cfg.Schedule.Kind, cfg.Schedule.DecayFrac, cfg.Schedule.MinRatio = *sched, *decay, *minRatio
+	if *warmup >= 0 {
+		cfg.Schedule.Warmup = *warmup
+	}
+	if !cfg.Resume {
+		if err := cfg.Validate(); err != nil {
+			return usagef("%s", strings.TrimPrefix(err.Error(), "train: "))
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // a second Ctrl-C ends the program at once
+	}()
+	cfg.Stdout = stdout
+	res, err := train.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if res.Interrupted {
+		fmt.Fprintf(stdout, "stopped at step %d; continue with: parallax train --out %s --resume\n", res.Step, res.Out)
+		return nil
+	}
+	fmt.Fprintf(stdout, "done: %d steps, train loss %.4f", res.Step, res.Loss)
+	if !math.IsNaN(res.ValLoss) {
+		fmt.Fprintf(stdout, ", val loss %.4f (ppl %.2f)", res.ValLoss, math.Exp(res.ValLoss))
+	}
+	fmt.Fprintf(stdout, ", %s tokens/s\n", train.HumanCount(res.TokensPerS))
+	fmt.Fprintf(stdout, "checkpoint in %s; curves in %s; sample with: parallax generate --model %s --prompt \"...\"\n",
+		res.Out, filepath.Join(res.Out, train.PlotFile), res.Out)
+	return nil
+}

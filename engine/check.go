@@ -280,7 +280,13 @@ func CheckKVAppend(cache, x *Tensor, start int) (b, h, n, capacity, d int, err e
 	if err = need(op, "x", x, 4, "[B,H,n,D]"); err != nil {
 		return
 	}
-	if err = needFloats(op, []string{"cache", "x"}, cache, x); err != nil {
+	if cache.dtype == I32 || x.dtype == I32 {
+		// Integer caches (token ids, say) take rows of their own dtype.
+		if cache.dtype != x.dtype {
+			err = argErr(op, "x", "dtype %v differs from the cache's %v (an i32 cache takes i32 rows)", x, cache)
+			return
+		}
+	} else if err = needFloats(op, []string{"cache", "x"}, cache, x); err != nil {
 		return
 	}
 	b, h, n, d = x.Dim(0), x.Dim(1), x.Dim(2), x.Dim(3)

@@ -65,7 +65,8 @@ type Ops interface {
 	// [B, L, H, D] and attention's [B, H, L, D] layouts.
 	SwapAxes12(dst, src *Tensor) error
 	// KVAppend writes x [B, H, n, D] into cache [B, H, Cap, D] at positions
-	// start..start+n-1 of the third dimension.
+	// start..start+n-1 of the third dimension. Floating x is converted to
+	// the cache's dtype; an I32 cache takes I32 rows.
 	KVAppend(cache, x *Tensor, start int) error
 
 	// CrossEntropy is fused softmax cross-entropy over logits [N, V] with

@@ -36,6 +36,7 @@ func commands() []command {
 	return []command{
 		{"devices", "list compute backends and devices", runDevices},
 		{"op", "run one op on tensors from a safetensors file", runOp},
+		{"conformance", "certify a device: every op against a float64 reference", runConformance},
 		{"train", "train a model (Parallax or softmax attention)", runTrain},
 		{"generate", "continue a prompt with a trained model", runGenerate},
 		{"eval", "loss and perplexity of a model on a text", runEval},
@@ -62,7 +63,7 @@ Run 'parallax COMMAND --help' for a command's flags and examples.
 func printMainUsage(w io.Writer) {
 	var b strings.Builder
 	for _, c := range commands() {
-		fmt.Fprintf(&b, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(&b, "  %-12s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, mainUsage, b.String())
 }

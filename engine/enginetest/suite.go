@@ -66,8 +66,13 @@ func (r Result) Worst() Metric {
 	var w Metric
 	wr := -1.0
 	for _, m := range r.Metrics {
-		q := m.Err / m.Tol
-		if math.IsNaN(m.Err) {
+		var q float64
+		switch {
+		case math.IsNaN(m.Err):
+			q = math.Inf(1)
+		case m.Tol > 0:
+			q = m.Err / m.Tol
+		case m.Err > 0: // an exact metric that is not exact
 			q = math.Inf(1)
 		}
 		if q > wr {

@@ -1,0 +1,69 @@
+package cpu
+
+import (
+	"github.com/parallax-engine/parallax/engine"
+)
+
+// Cast converts src into dst's dtype; see engine.Ops. Equal dtypes copy raw
+// storage; float to float rounds to nearest even (through float32, which
+// holds every bf16 and f16 value exactly); float to I32 truncates toward
+// zero, saturating at the int32 range (NaN gives 0); I32 to float is exact
+// wherever the dtype holds the integer.
+func (d *Device) Cast(dst, src *engine.Tensor) error {
+	n, err := engine.CheckCast(dst, src)
+	if err != nil {
+		return err
+	}
+	if err := d.own("cast", dst, src); err != nil {
+		return err
+	}
+	dv, sv := viewOf(dst), viewOf(src)
+	d.parallelMin(n, elemChunk, func(lo, hi int) {
+		copyElems(dv, lo, sv, lo, hi-lo)
+	})
+	return nil
+}
+
+// SwapAxes12 writes dst[a, c, b, d] = src[a, b, c, d] as raw storage, for
+// every dtype; see engine.Ops.
+func (d *Device) SwapAxes12(dst, src *engine.Tensor) error {
+	dims, err := engine.CheckSwapAxes12(dst, src)
+	if err != nil {
+		return err
+	}
+	if err := d.own("swapaxes12", dst, src); err != nil {
+		return err
+	}
+	a, b, c, e := dims[0], dims[1], dims[2], dims[3]
+	dv, sv := viewOf(dst), viewOf(src)
+	rows := a * b * c
+	d.parallelMin(rows, rowChunk(e), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			// r indexes src rows (ia, ib, ic); the row lands at (ia, ic, ib).
+			ia, ib, ic := r/(b*c), r/c%b, r%c
+			copyElems(dv, ((ia*c+ic)*b+ib)*e, sv, r*e, e)
+		}
+	})
+	return nil
+}
+
+// KVAppend writes x [B, H, n, D] into cache [B, H, Cap, D] at positions
+// start..start+n-1; see engine.Ops. Equal dtypes copy raw storage, others
+// convert.
+func (d *Device) KVAppend(cache, x *engine.Tensor, start int) error {
+	b, h, n, capacity, dim, err := engine.CheckKVAppend(cache, x, start)
+	if err != nil {
+		return err
+	}
+	if err := d.own("kv append", cache, x); err != nil {
+		return err
+	}
+	cv, xv := viewOf(cache), viewOf(x)
+	block := n * dim
+	d.parallelMin(b*h, max(1, elemChunk/max(block, 1)), func(lo, hi int) {
+		for bh := lo; bh < hi; bh++ {
+			copyElems(cv, (bh*capacity+start)*dim, xv, bh*block, block)
+		}
+	})
+	return nil
+}

@@ -1,0 +1,146 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/parallax-engine/parallax/engine"
+)
+
+// AdamW updates p, m and v in place in PyTorch's order: decoupled decay
+// p -= lr*wd*p first, then the moments, then the bias-corrected step
+// p -= (lr / (1-b1^t)) m / (sqrt(v) / sqrt(1-b2^t) + eps); see engine.Ops.
+// Each element is updated in float64 and stored rounded.
+func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
+	n, err := engine.CheckAdamW(p, g, m, v, o)
+	if err != nil {
+		return err
+	}
+	if err := d.own("adamw", p, g, m, v); err != nil {
+		return err
+	}
+	lr, b1, b2 := float64(o.LR), float64(o.Beta1), float64(o.Beta2)
+	eps, wd := float64(o.Eps), float64(o.WeightDecay)
+	decay := 1 - lr*wd
+	step := lr / (1 - math.Pow(b1, float64(o.Step)))
+	bc2 := math.Sqrt(1 - math.Pow(b2, float64(o.Step)))
+	pv, gv := viewOf(p), viewOf(g)
+	ms, vs := m.Storage().([]float32), v.Storage().([]float32)
+	d.eachBlock(n, 2, func(lo, hi int, buf [][ewBlock]float32) {
+		gr := gv.read(buf[0][:], lo, hi)
+		pr := pv.span(buf[1][:], lo, hi)
+		if pv.f32 == nil {
+			pv.read(pr, lo, hi)
+		}
+		mrow, vr := ms[lo:hi], vs[lo:hi]
+		mrow, vr, pr = mrow[:len(gr)], vr[:len(gr)], pr[:len(gr)]
+		for i, gf := range gr {
+			x := float64(gf)
+			mi := b1*float64(mrow[i]) + (1-b1)*x
+			vi := b2*float64(vr[i]) + (1-b2)*x*x
+			mrow[i], vr[i] = float32(mi), float32(vi)
+			pr[i] = float32(float64(pr[i])*decay - step*mi/(math.Sqrt(vi)/bc2+eps))
+		}
+		pv.commit(pr, lo)
+	})
+	return nil
+}
+
+// MuonMomentum updates m = beta m + (1-beta) g and writes u = (1-beta) g +
+// beta m (Nesterov) or u = m; see engine.Ops.
+func (d *Device) MuonMomentum(u, m, g *engine.Tensor, beta float32, nesterov bool) error {
+	n, err := engine.CheckMuonMomentum(u, m, g)
+	if err != nil {
+		return err
+	}
+	if err := d.own("muon momentum", u, m, g); err != nil {
+		return err
+	}
+	uv, gv := viewOf(u), viewOf(g)
+	ms := m.Storage().([]float32)
+	c := 1 - beta
+	d.eachBlock(n, 2, func(lo, hi int, buf [][ewBlock]float32) {
+		gr := gv.read(buf[0][:], lo, hi)
+		ur := uv.span(buf[1][:], lo, hi)
+		mrow := ms[lo:hi]
+		mrow, ur = mrow[:len(gr)], ur[:len(gr)]
+		for i, x := range gr {
+			mi := beta*mrow[i] + c*x
+			mrow[i] = mi
+			if nesterov {
+				ur[i] = c*x + beta*mi
+			} else {
+				ur[i] = mi
+			}
+		}
+		uv.commit(ur, lo)
+	})
+	return nil
+}
+
+// FrobeniusNormalize writes out = x / (||x||_F + eps) per matrix over the
+// last two dimensions, the norms accumulated in float64; see engine.Ops.
+func (d *Device) FrobeniusNormalize(out, x *engine.Tensor, eps float32) error {
+	batch, per, err := engine.CheckFrobeniusNormalize(out, x)
+	if err != nil {
+		return err
+	}
+	if err := d.own("frobenius normalize", out, x); err != nil {
+		return err
+	}
+	if batch == 0 || per == 0 {
+		return nil
+	}
+	xv, ov := viewOf(x), viewOf(out)
+	inv := make([]float64, batch)
+	if batch >= d.threads {
+		d.parallel(batch, func(lo, hi int) {
+			for b := lo; b < hi; b++ {
+				inv[b] = sumSquares(xv, b*per, (b+1)*per)
+			}
+		})
+	} else {
+		for b := range inv {
+			inv[b] = d.parallelSumSquares(xv, b*per, (b+1)*per)
+		}
+	}
+	for b, s := range inv {
+		inv[b] = 1 / (math.Sqrt(s) + float64(eps))
+	}
+	d.eachBlock(batch*per, 2, func(lo, hi int, buf [][ewBlock]float32) {
+		xr := xv.read(buf[0][:], lo, hi)
+		or := ov.span(buf[1][:], lo, hi)
+		or = or[:len(xr)]
+		for i, v := range xr {
+			or[i] = float32(float64(v) * inv[(lo+i)/per])
+		}
+		ov.commit(or, lo)
+	})
+	return nil
+}
+
+// MuonApply updates p = p (1 - lr wd) - lr scale o; see engine.Ops.
+func (d *Device) MuonApply(p, o *engine.Tensor, lr, wd, scale float32) error {
+	n, err := engine.CheckMuonApply(p, o)
+	if err != nil {
+		return err
+	}
+	if err := d.own("muon apply", p, o); err != nil {
+		return err
+	}
+	decay := float32(1 - float64(lr)*float64(wd))
+	step := float32(float64(lr) * float64(scale))
+	pv, ov := viewOf(p), viewOf(o)
+	d.eachBlock(n, 2, func(lo, hi int, buf [][ewBlock]float32) {
+		or := ov.read(buf[0][:], lo, hi)
+		pr := pv.span(buf[1][:], lo, hi)
+		if pv.f32 == nil {
+			pv.read(pr, lo, hi)
+		}
+		pr = pr[:len(or)]
+		for i, x := range or {
+			pr[i] = pr[i]*decay - step*x
+		}
+		pv.commit(pr, lo)
+	})
+	return nil
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -160,7 +161,8 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	cfg.Stdout = stdout
 	res, err := train.Run(ctx, cfg)
 	if err != nil {
-		return err
+		// The command already names itself ("parallax train: ...").
+		return errors.New(strings.TrimPrefix(err.Error(), "train: "))
 	}
 	if res.Interrupted {
 		fmt.Fprintf(stdout, "stopped at step %d; continue with: parallax train --out %s --resume\n", res.Step, res.Out)

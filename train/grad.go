@@ -1,0 +1,61 @@
+package train
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/parallax-engine/parallax/engine"
+	"github.com/parallax-engine/parallax/model"
+)
+
+// GradNorm computes the global L2 norm of the gradients: SumSquares
+// accumulates every gradient's sum of squares into one F32 scalar on the
+// device, then a single host read. acc is a F32 [1] scratch tensor.
+func GradNorm(dev engine.Device, params []*model.Param, acc *engine.Tensor) (float64, error) {
+	for i, p := range params {
+		if err := dev.SumSquares(acc, p.G, i > 0); err != nil {
+			return 0, fmt.Errorf("grad norm %s: %w", p.Name, err)
+		}
+	}
+	if len(params) == 0 {
+		return 0, nil
+	}
+	v, err := engine.Float32s(acc)
+	if err != nil {
+		return 0, fmt.Errorf("grad norm: %w", err)
+	}
+	return math.Sqrt(float64(v[0])), nil
+}
+
+// ScaleGrads multiplies every gradient by s (skipped when s == 1).
+func ScaleGrads(dev engine.Device, params []*model.Param, s float64) error {
+	if s == 1 {
+		return nil
+	}
+	for _, p := range params {
+		if err := dev.AddScaled(p.G, p.G, p.G, float32(s), 0); err != nil {
+			return fmt.Errorf("scale grad %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+// ClipFactor returns the multiplier that makes gradients of global norm
+// norm have norm at most maxNorm (1 when maxNorm <= 0 or no clipping is
+// needed). The 1e-6 guards a zero norm as PyTorch's clip_grad_norm_ does.
+func ClipFactor(norm, maxNorm float64) float64 {
+	if maxNorm <= 0 || norm <= maxNorm {
+		return 1
+	}
+	return maxNorm / (norm + 1e-6)
+}
+
+// ZeroGrads sets every gradient to zero (the backward pass accumulates).
+func ZeroGrads(dev engine.Device, params []*model.Param) error {
+	for _, p := range params {
+		if err := dev.Fill(p.G, 0); err != nil {
+			return fmt.Errorf("zero grad %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+package train
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+)
+
+// Record is one line of metrics.jsonl. Training steps fill the first group;
+// evaluation points (Eval true) fill ValLoss, PPL and the stable ranks.
+// Fields that were not measured are omitted.
+type Record struct {
+	Step       int       `json:"step"`
+	Loss       *float64  `json:"loss,omitempty"`
+	LR         *float64  `json:"lr,omitempty"`       // the main group's rate: Muon's, or AdamW's for --optimizer adamw
+	LRAdamW    *float64  `json:"lr_adamw,omitempty"` // AdamW's rate when Muon is the main group
+	GradNorm   *float64  `json:"grad_norm,omitempty"`
+	TokensPerS *float64  `json:"tokens_per_s,omitempty"`
+	MFU        *float64  `json:"mfu,omitempty"` // model FLOPs utilisation, when a peak is known
+	Tokens     int64     `json:"tokens,omitempty"`
+	ElapsedS   *float64  `json:"elapsed_s,omitempty"`
+	COR        []float64 `json:"cor,omitempty"`     // per layer, Parallax only
+	Skipped    bool      `json:"skipped,omitempty"` // the step was skipped (non-finite loss or gradient)
+
+	Eval        bool        `json:"eval,omitempty"`
+	ValLoss     *float64    `json:"val_loss,omitempty"`
+	PPL         *float64    `json:"ppl,omitempty"`
+	SRankQ      []float64   `json:"srank_q,omitempty"`       // per layer
+	SRankK      []float64   `json:"srank_k,omitempty"`       // per layer
+	SRankR      []float64   `json:"srank_r,omitempty"`       // per layer
+	SRankRK     []float64   `json:"srank_rk,omitempty"`      // per layer, mean over heads of W_R^T W_K
+	SRankRKHead [][]float64 `json:"srank_rk_head,omitempty"` // per layer and head
+}
+
+// f returns a pointer to v for optional fields, nil for NaN.
+func f(v float64) *float64 {
+	if math.IsNaN(v) {
+		return nil
+	}
+	return &v
+}
+
+// MetricsLog appends Records to a JSONL file.
+type MetricsLog struct {
+	f *os.File
+	w *bufio.Writer
+}
+
+// OpenMetrics opens path for appending (creating it). With truncateAfter >=
+// 0, records of steps after truncateAfter are dropped first, so a resumed
+// run does not leave lines of steps it repeats.
+func OpenMetrics(path string, truncateAfter int) (*MetricsLog, error) {
+	if truncateAfter >= 0 {
+		if err := truncateMetrics(path, truncateAfter); err != nil {
+			return nil, err
+		}
+	}
+	fh, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	return &MetricsLog{f: fh, w: bufio.NewWriter(fh)}, nil
+}
+
+func truncateMetrics(path string, after int) error {
+	recs, err := ReadMetrics(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var keep []Record
+	for _, r := range recs {
+		if r.Step <= after {
+			keep = append(keep, r)
+		}
+	}
+	if len(keep) == len(recs) {
+		return nil
+	}
+	fh, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	w := bufio.NewWriter(fh)
+	enc := json.NewEncoder(w)
+	for _, r := range keep {
+		if err := enc.Encode(r); err != nil {
+			fh.Close()
+			return fmt.Errorf("metrics: %w", err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		fh.Close()
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return fh.Close()
+}
+
+// Write appends one record and flushes it.
+func (l *MetricsLog) Write(r Record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	l.w.Write(append(b, '\n'))
+	if err := l.w.Flush(); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
+}
+
+// Close closes the file.
+func (l *MetricsLog) Close() error {
+	if l == nil {
+		return nil
+	}
+	l.w.Flush()
+	return l.f.Close()
+}
+
+// ReadMetrics reads every record of a metrics.jsonl file, skipping a
+// truncated last line.
+func ReadMetrics(path string) ([]Record, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	var out []Record
+	sc := bufio.NewScanner(fh)
+	sc.Buffer(make([]byte, 1<<20), 1<<26)
+	for sc.Scan() {
+		var r Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			continue // a line cut by a crash
+		}
+		out = append(out, r)
+	}
+	return out, sc.Err()
+}

@@ -1,0 +1,492 @@
+package train
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/parallax-engine/parallax/engine"
+	"github.com/parallax-engine/parallax/engine/cpu"
+	"github.com/parallax-engine/parallax/model"
+)
+
+func randVals(rng *rand.Rand, n int, scale float64) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64() * scale)
+	}
+	return v
+}
+
+func to64(v []float32) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+func newParam(t *testing.T, dev engine.Device, name string, kind model.ParamKind, w []float32, shape ...int) *model.Param {
+	t.Helper()
+	wt, err := engine.FromFloat32(dev, engine.F32, w, shape...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := dev.Alloc(engine.F32, shape...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &model.Param{Name: name, W: wt, G: g, Kind: kind}
+}
+
+func read(t *testing.T, x *engine.Tensor) []float32 {
+	t.Helper()
+	v, err := engine.Float32s(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// maxRelErr is max|got - want| / max|scale|.
+func maxRelErr(got []float32, want, scale []float64) float64 {
+	num, den := 0.0, 0.0
+	for i := range want {
+		num = math.Max(num, math.Abs(float64(got[i])-want[i]))
+		den = math.Max(den, math.Abs(scale[i]))
+	}
+	return num / den
+}
+
+// adamRef is PyTorch's AdamW in float64: decoupled decay, then the
+// bias-corrected moment update.
+func adamRef(p, m, v, g []float64, lr, b1, b2, eps, wd float64, t int) {
+	for i := range p {
+		p[i] -= lr * wd * p[i]
+		m[i] = b1*m[i] + (1-b1)*g[i]
+		v[i] = b2*v[i] + (1-b2)*g[i]*g[i]
+		mh := m[i] / (1 - math.Pow(b1, float64(t)))
+		vh := v[i] / (1 - math.Pow(b2, float64(t)))
+		p[i] -= lr * mh / (math.Sqrt(vh) + eps)
+	}
+}
+
+func TestAdamWMatchesReference(t *testing.T) {
+	dev := cpu.New()
+	rng := rand.New(rand.NewPCG(1, 2))
+	const rows, cols = 7, 5
+	w0 := randVals(rng, rows*cols, 1)
+	emb := newParam(t, dev, "emb", model.Embedding, w0, rows, cols)
+	gain := newParam(t, dev, "gain", model.Gain, w0[:cols], cols)
+	mat := newParam(t, dev, "mat", model.Matrix, w0, rows, cols)
+	cfg := DefaultOptimConfig(OptAdamW)
+	cfg.AdamW.LR = 0.01
+	cfg.AdamW.WeightDecay, cfg.AdamW.EmbedWeightDecay, cfg.AdamW.GainWeightDecay = 0.1, 0.05, 0.02
+	opt, err := NewOptimizer(dev, []*model.Param{emb, gain, mat}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type ref struct {
+		p       *model.Param
+		w, m, v []float64
+		wd      float64
+	}
+	refs := []*ref{
+		{p: emb, w: to64(w0), wd: 0.05},
+		{p: gain, w: to64(w0[:cols]), wd: 0.02},
+		{p: mat, w: to64(w0), wd: 0.1},
+	}
+	for _, r := range refs {
+		r.m, r.v = make([]float64, len(r.w)), make([]float64, len(r.w))
+	}
+	factors := []float64{1, 0.5, 1, 0.25, 0.8} // a schedule's multipliers
+	for step, fac := range factors {
+		for _, r := range refs {
+			g := randVals(rng, len(r.w), 0.1)
+			if err := engine.WriteFloat32(r.p.G, g); err != nil {
+				t.Fatal(err)
+			}
+			adamRef(r.w, r.m, r.v, to64(g), 0.01*fac, 0.9, 0.95, 1e-8, r.wd, step+1)
+		}
+		if err := opt.Step(fac); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range refs {
+			if e := maxRelErr(read(t, r.p.W), r.w, r.w); e > 1e-6 {
+				t.Errorf("step %d %s: weights differ from the float64 reference by %.2e (relative)", step+1, r.p.Name, e)
+			}
+			st := opt.State()
+			if e := maxRelErr(read(t, st[r.p.Name+".exp_avg"]), r.m, r.m); e > 1e-5 {
+				t.Errorf("step %d %s: first moment off by %.2e", step+1, r.p.Name, e)
+			}
+			if e := maxRelErr(read(t, st[r.p.Name+".exp_avg_sq"]), r.v, r.v); e > 1e-5 {
+				t.Errorf("step %d %s: second moment off by %.2e", step+1, r.p.Name, e)
+			}
+		}
+	}
+	if opt.Steps() != len(factors) {
+		t.Errorf("Steps() = %d", opt.Steps())
+	}
+}
+
+// matmul64 returns A (n x k) times B (k x m).
+func matmul64(a, b []float64, n, k, m int) []float64 {
+	out := make([]float64, n*m)
+	for i := range n {
+		for p := range k {
+			x := a[i*k+p]
+			for j := range m {
+				out[i*m+j] += x * b[p*m+j]
+			}
+		}
+	}
+	return out
+}
+
+func transpose64(a []float64, n, m int) []float64 {
+	out := make([]float64, n*m)
+	for i := range n {
+		for j := range m {
+			out[j*n+i] = a[i*m+j]
+		}
+	}
+	return out
+}
+
+// ns5Ref is the reference Newton-Schulz quintic in float64.
+func ns5Ref(g []float64, rows, cols, steps int) []float64 {
+	x := append([]float64(nil), g...)
+	n, m := rows, cols
+	if rows > cols {
+		x, n, m = transpose64(x, rows, cols), cols, rows
+	}
+	fro := 0.0
+	for _, v := range x {
+		fro += v * v
+	}
+	fro = math.Sqrt(fro) + 1e-7
+	for i := range x {
+		x[i] /= fro
+	}
+	const a, b, c = 3.4445, -4.7750, 2.0315
+	for range steps {
+		A := matmul64(x, transpose64(x, n, m), n, m, n)
+		AA := matmul64(A, A, n, n, n)
+		B := make([]float64, n*n)
+		for i := range B {
+			B[i] = b*A[i] + c*AA[i]
+		}
+		BX := matmul64(B, x, n, n, m)
+		for i := range x {
+			x[i] = a*x[i] + BX[i]
+		}
+	}
+	if rows > cols {
+		x = transpose64(x, n, m)
+	}
+	return x
+}
+
+func TestMuonMatchesReference(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		rows, cols int
+		scaling    string
+		nesterov   bool
+		wantScale  float64
+	}{
+		{"wide keller", 16, 48, ScaleKeller, true, 1},
+		{"tall keller", 48, 16, ScaleKeller, true, math.Sqrt(3)},
+		{"tall moonlight", 48, 16, ScaleMoonlight, true, 0.2 * math.Sqrt(48)},
+		{"wide moonlight", 16, 40, ScaleMoonlight, true, 0.2 * math.Sqrt(40)},
+		{"square no nesterov", 24, 24, ScaleKeller, false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if s := MuonScale(tc.scaling, tc.rows, tc.cols); math.Abs(s-tc.wantScale) > 1e-12 {
+				t.Fatalf("MuonScale = %v, want %v", s, tc.wantScale)
+			}
+			dev := cpu.New()
+			rng := rand.New(rand.NewPCG(3, uint64(tc.rows)))
+			n := tc.rows * tc.cols
+			w0 := randVals(rng, n, 0.05)
+			p := newParam(t, dev, "m", model.Matrix, w0, tc.rows, tc.cols)
+			cfg := DefaultOptimConfig(OptMuon)
+			cfg.Muon.Scaling, cfg.Muon.Nesterov = tc.scaling, tc.nesterov
+			cfg.Muon.LR, cfg.Muon.WeightDecay = 0.02, 0.1
+			opt, err := NewOptimizer(dev, []*model.Param{p}, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, mom := to64(w0), make([]float64, n)
+			const beta = 0.95
+			for step, fac := range []float64{1, 0.5, 1} {
+				g := randVals(rng, n, 1)
+				engine.WriteFloat32(p.G, g)
+				u := make([]float64, n)
+				for i := range mom {
+					mom[i] = beta*mom[i] + (1-beta)*float64(g[i])
+					u[i] = mom[i]
+					if tc.nesterov {
+						u[i] = (1-beta)*float64(g[i]) + beta*mom[i]
+					}
+				}
+				o := ns5Ref(u, tc.rows, tc.cols, 5)
+				lr := 0.02 * fac
+				before := append([]float64(nil), w...)
+				for i := range w {
+					w[i] = w[i]*(1-lr*0.1) - lr*tc.wantScale*o[i]
+				}
+				if err := opt.Step(fac); err != nil {
+					t.Fatal(err)
+				}
+				got := read(t, p.W)
+				upd := make([]float64, n)
+				for i := range upd {
+					upd[i] = w[i] - before[i]
+				}
+				// Compare the update (not the weights, which hide its error).
+				gotUpd := make([]float32, n)
+				for i := range gotUpd {
+					gotUpd[i] = float32(float64(got[i]) - before[i])
+				}
+				if e := maxRelErr(gotUpd, upd, upd); e > 2e-4 {
+					t.Errorf("step %d: update differs from the float64 reference by %.2e (relative)", step+1, e)
+				}
+				if e := maxRelErr(read(t, opt.State()["m.momentum"]), mom, mom); e > 1e-6 {
+					t.Errorf("step %d: momentum off by %.2e", step+1, e)
+				}
+				w = to64(got) // continue from the device's weights
+			}
+		})
+	}
+}
+
+// symEigen returns the eigenvalues of a symmetric n x n matrix (Jacobi).
+func symEigen(a []float64, n int) []float64 {
+	a = append([]float64(nil), a...)
+	for sweep := 0; sweep < 100; sweep++ {
+		off := 0.0
+		for i := range n {
+			for j := i + 1; j < n; j++ {
+				off += a[i*n+j] * a[i*n+j]
+			}
+		}
+		if off < 1e-22 {
+			break
+		}
+		for p := range n {
+			for q := p + 1; q < n; q++ {
+				if math.Abs(a[p*n+q]) < 1e-300 {
+					continue
+				}
+				theta := (a[q*n+q] - a[p*n+p]) / (2 * a[p*n+q])
+				tt := math.Copysign(1, theta) / (math.Abs(theta) + math.Sqrt(theta*theta+1))
+				c := 1 / math.Sqrt(tt*tt+1)
+				s := tt * c
+				for k := range n {
+					akp, akq := a[k*n+p], a[k*n+q]
+					a[k*n+p], a[k*n+q] = c*akp-s*akq, s*akp+c*akq
+				}
+				for k := range n {
+					apk, aqk := a[p*n+k], a[q*n+k]
+					a[p*n+k], a[q*n+k] = c*apk-s*aqk, s*apk+c*aqk
+				}
+			}
+		}
+	}
+	ev := make([]float64, n)
+	for i := range n {
+		ev[i] = a[i*n+i]
+	}
+	return ev
+}
+
+// TestNewtonSchulzSingularValues checks the property the spec states: five
+// quintic steps map a random matrix's singular values into [0.68, 1.21].
+func TestNewtonSchulzSingularValues(t *testing.T) {
+	dev := cpu.New()
+	rng := rand.New(rand.NewPCG(5, 6))
+	const rows, cols = 32, 96
+	g, _ := engine.FromFloat32(dev, engine.F32, randVals(rng, rows*cols, 1), rows, cols)
+	o, _ := dev.Alloc(engine.F32, rows, cols)
+	if err := engine.NewtonSchulz(dev, o, g, 5); err != nil {
+		t.Fatal(err)
+	}
+	x := to64(read(t, o))
+	gram := matmul64(x, transpose64(x, rows, cols), rows, cols, rows)
+	for _, ev := range symEigen(gram, rows) {
+		s := math.Sqrt(math.Max(ev, 0))
+		if s < 0.68 || s > 1.21 {
+			t.Errorf("singular value %.4f outside [0.68, 1.21]", s)
+		}
+	}
+}
+
+func TestParameterGroups(t *testing.T) {
+	dev := cpu.New()
+	cfg, err := model.PresetConfig("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Vocab, cfg.Layers, cfg.TiedEmbeddings = 64, 2, false
+	m, err := model.New(dev, cfg, model.Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.AllocGrads(); err != nil {
+		t.Fatal(err)
+	}
+	opt, err := NewOptimizer(dev, m.Params(), DefaultOptimConfig(OptMuon))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := opt.State()
+	for _, p := range m.Params() {
+		_, muon := st[p.Name+".momentum"]
+		_, adam := st[p.Name+".exp_avg"]
+		isHidden := strings.Contains(p.Name, "_proj.") && p.W.Rank() == 2
+		if muon != isHidden || adam == isHidden {
+			t.Errorf("%s (%v): muon %v adamw %v", p.Name, p.Kind, muon, adam)
+		}
+	}
+	// q, k, v, r, o, gate, up, down per layer, each its own matrix.
+	if got := strings.Count(opt.Groups(), "muon: 16 matrices"); got != 1 {
+		t.Errorf("groups: %s", opt.Groups())
+	}
+	opt2, _ := NewOptimizer(dev, m.Params(), DefaultOptimConfig(OptAdamW))
+	for n := range opt2.State() {
+		if strings.HasSuffix(n, ".momentum") {
+			t.Errorf("adamw-only optimizer has Muon state %s", n)
+		}
+	}
+	if len(opt2.State()) != 2*len(m.Params()) {
+		t.Errorf("adamw-only optimizer has %d state tensors for %d parameters", len(opt2.State()), len(m.Params()))
+	}
+}
+
+func TestOptimConfigValidate(t *testing.T) {
+	bad := []func(*OptimConfig){
+		func(c *OptimConfig) { c.Name = "sgd" },
+		func(c *OptimConfig) { c.Muon.Scaling = "other" },
+		func(c *OptimConfig) { c.Muon.Momentum = 1 },
+		func(c *OptimConfig) { c.AdamW.Beta2 = 1 },
+		func(c *OptimConfig) { c.AdamW.LR = math.NaN() },
+		func(c *OptimConfig) { c.Muon.NSSteps = 0 },
+	}
+	for i, f := range bad {
+		c := DefaultOptimConfig(OptMuon)
+		f(&c)
+		if c.Validate() == nil {
+			t.Errorf("bad config %d accepted", i)
+		}
+	}
+	c := DefaultOptimConfig(OptMuon)
+	c.Muon.Scaling, c.Muon.LR = ScaleMoonlight, 0
+	if got := c.resolved().Muon.LR; got != c.AdamW.LR {
+		t.Errorf("moonlight scaling without a Muon lr: lr %v, want AdamW's %v", got, c.AdamW.LR)
+	}
+}
+
+func TestSchedules(t *testing.T) {
+	const eps = 1e-12
+	wsd := Schedule{Kind: SchedWSD, Total: 100, Warmup: 10, DecayFrac: 0.2, MinRatio: 0.1}
+	for _, c := range []struct {
+		step int
+		want float64
+	}{{0, 0.1}, {4, 0.5}, {9, 1}, {10, 1}, {79, 1}, {80, 1 - 0.9/20}, {89, 1 - 0.9*10/20}, {99, 0.1}, {150, 0.1}} {
+		if got := wsd.Factor(c.step); math.Abs(got-c.want) > eps {
+			t.Errorf("wsd step %d: %v, want %v", c.step, got, c.want)
+		}
+	}
+	cos := Schedule{Kind: SchedCosine, Total: 110, Warmup: 10, MinRatio: 0.1}
+	for _, c := range []struct {
+		step int
+		want float64
+	}{{0, 0.1}, {9, 1}, {10, 1}, {109, 0.1}, {200, 0.1}} {
+		if got := cos.Factor(c.step); math.Abs(got-c.want) > eps {
+			t.Errorf("cosine step %d: %v, want %v", c.step, got, c.want)
+		}
+	}
+	mid := 10 + 99.0/2
+	if got := cos.Factor(int(mid)); math.Abs(got-(0.1+0.9*0.5*(1+math.Cos(math.Pi*float64(int(mid)-10)/99)))) > eps {
+		t.Errorf("cosine midpoint: %v", got)
+	}
+	prev := 2.0
+	for s := 10; s < 110; s++ {
+		f := cos.Factor(s)
+		if f > prev+eps {
+			t.Fatalf("cosine rises at step %d", s)
+		}
+		prev = f
+	}
+	if c := (Schedule{Kind: SchedConstant, Total: 5, Warmup: 0}); c.Factor(3) != 1 {
+		t.Error("constant schedule is not 1")
+	}
+	if (Schedule{Kind: "linear", Total: 5}).Validate() == nil {
+		t.Error("unknown schedule accepted")
+	}
+	if d := DefaultSchedule(1000); d.Validate() != nil || d.Warmup != 50 {
+		t.Errorf("default schedule %+v", d)
+	}
+}
+
+func TestGradNormAndClip(t *testing.T) {
+	dev := cpu.New()
+	rng := rand.New(rand.NewPCG(9, 9))
+	var ps []*model.Param
+	want := 0.0
+	for i, n := range []int{10, 33, 7} {
+		p := newParam(t, dev, "p"+string(rune('a'+i)), model.Gain, make([]float32, n), n)
+		g := randVals(rng, n, 2)
+		engine.WriteFloat32(p.G, g)
+		for _, x := range g {
+			want += float64(x) * float64(x)
+		}
+		ps = append(ps, p)
+	}
+	want = math.Sqrt(want)
+	acc, _ := dev.Alloc(engine.F32, 1)
+	got, err := GradNorm(dev, ps, acc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(got-want) > 1e-5*want {
+		t.Fatalf("grad norm %v, want %v", got, want)
+	}
+	f := ClipFactor(got, 1)
+	if err := ScaleGrads(dev, ps, f); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := GradNorm(dev, ps, acc)
+	if math.Abs(after-1) > 1e-5 {
+		t.Errorf("norm after clipping to 1: %v", after)
+	}
+	if ClipFactor(0.5, 1) != 1 || ClipFactor(5, 0) != 1 {
+		t.Error("clip factor must be 1 below the threshold or when disabled")
+	}
+}
+
+func TestStableRank(t *testing.T) {
+	// diag(3, 1, 1) padded: ||W||_F^2 = 11, ||W||_2^2 = 9.
+	w := []float32{3, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0}
+	if got := StableRank(w, 3, 4); math.Abs(got-11.0/9) > 1e-9 {
+		t.Errorf("stable rank %v, want %v", got, 11.0/9)
+	}
+	// Circuit A^T B with explicit formation as the reference.
+	rng := rand.New(rand.NewPCG(4, 4))
+	const dh, d = 4, 12
+	a, b := randVals(rng, dh*d, 1), randVals(rng, dh*d, 1)
+	m := matmul64(transpose64(to64(a), dh, d), to64(b), d, dh, d)
+	mf := make([]float32, len(m))
+	for i := range m {
+		mf[i] = float32(m[i])
+	}
+	want := StableRank(mf, d, d)
+	if got := CircuitStableRank(a, b, dh, d); math.Abs(got-want) > 1e-4*want {
+		t.Errorf("circuit stable rank %v, want %v", got, want)
+	}
+	if StableRank(make([]float32, 6), 2, 3) != 0 {
+		t.Error("zero matrix")
+	}
+}

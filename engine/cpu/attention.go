@@ -225,7 +225,7 @@ func attnDynamic[W any](d *Device, n int, newW func(id int) W, fn func(w W, item
 		return
 	}
 	var next atomic.Int64
-	d.parallel(min(d.threads, n), func(lo, hi int) {
+	d.parallel(max(1, min(d.threads, n)), func(lo, hi int) {
 		w := newW(lo)
 		for {
 			it := int(next.Add(1)) - 1

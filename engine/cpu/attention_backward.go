@@ -125,8 +125,8 @@ func pairGrads(s, t, a []float32, lse, T, Bv, tbar float32, pe bool) {
 // bwdScratch is one worker's scratch for the backward passes.
 type bwdScratch struct {
 	s, t, a []float32 // one tile row (row pass) or a block x tile (column pass)
-	acc1    []float32 // dq (row pass) or dk (column pass) accumulators
-	acc2    []float32 // dr (row pass) or dv (column pass) accumulators
+	acc1    []float32 // the column pass's dk accumulators for one key block
+	acc2    []float32 // and its dv accumulators
 }
 
 func (in *bwdInputs) rowArgs(b, h, i int) (q, r, g []float32, lse, T, Bv, tbar float32) {
@@ -149,12 +149,7 @@ func (d *Device) attnBackwardRows(in *bwdInputs, dq, dr []float32) {
 	heads := in.B * in.Hkv
 	parallax := in.r != nil
 	attnDynamic(d, heads*nqb, func(int) *bwdScratch {
-		w := &bwdScratch{s: make([]float32, attnBk), t: make([]float32, attnBk), a: make([]float32, attnBk),
-			acc1: make([]float32, D)}
-		if parallax {
-			w.acc2 = make([]float32, D)
-		}
-		return w
+		return &bwdScratch{s: make([]float32, attnBk), t: make([]float32, attnBk), a: make([]float32, attnBk)}
 	}, func(w *bwdScratch, item int) {
 		qb := nqb - 1 - item/heads
 		bh := item % heads
@@ -162,8 +157,8 @@ func (d *Device) attnBackwardRows(in *bwdInputs, dq, dr []float32) {
 		i0, i1 := attnRowBlock(qb, bq, in.Lq)
 		kvOff := (b*in.Hkv + hk) * in.Lk * D
 		kh, vh := in.k[kvOff:kvOff+in.Lk*D], in.v[kvOff:kvOff+in.Lk*D]
-		// Tiles outermost, so a K/V tile serves every row of the block,
-		// needs one accumulator pair per row: keep them in dq/dr directly.
+		// Tiles outermost, so that a K/V tile serves every row of the
+		// block; each row accumulates straight into its own dq (and dr).
 		lo0, hi1 := in.Lk, 0
 		for i := i0; i < i1; i++ {
 			lo, hi := in.Visible(i)

@@ -34,7 +34,8 @@ func (d *Device) DecodeAttention(a engine.DecodeArgs) error {
 				Msg: fmt.Sprintf("lens[%d] = %d is outside [Lq %d, capacity %d] (sequence %d)", b, n, dims.Lq, dims.Cap, b)})
 		}
 	}
-	q, kc, vc := floats(a.Q), floats(a.KCache), floats(a.VCache)
+	q := floats(a.Q)
+	kc, vc := d.decodeCache(a.KCache, dims, lens), d.decodeCache(a.VCache, dims, lens)
 	var r []float32
 	if a.R != nil {
 		r = floats(a.R)
@@ -43,6 +44,32 @@ func (d *Device) DecodeAttention(a engine.DecodeArgs) error {
 	d.decode(dims, lens, q, r, kc, vc, o, a.Splits)
 	commit()
 	return nil
+}
+
+// decodeCache returns a cache's values as float32: an F32 cache's own
+// storage, else a widened copy of only the valid entries (j < Lens[b]) of
+// each sequence, so a long, mostly empty bf16 cache costs what it holds.
+func (d *Device) decodeCache(t *engine.Tensor, dims engine.DecodeDims, lens []int32) []float32 {
+	if f, ok := t.Storage().([]float32); ok {
+		return f
+	}
+	raw := t.Storage().([]uint16)
+	conv := engine.BF16ToFloat32
+	if t.DType() == engine.F16 {
+		conv = engine.F16ToFloat32
+	}
+	out := make([]float32, len(raw))
+	D, capacity := dims.D, dims.Cap
+	d.parallel(dims.B*dims.Hkv, func(lo, hi int) {
+		for bh := lo; bh < hi; bh++ {
+			off := bh * capacity * D
+			n := int(lens[bh/dims.Hkv]) * D
+			for x, h := range raw[off : off+n] {
+				out[off+x] = conv(h)
+			}
+		}
+	})
+	return out
 }
 
 // decodeVisible returns the keys [lo, hi) query i of a sequence with n valid

@@ -5,68 +5,71 @@ import (
 )
 
 // Linear attention, the uniform-weight branch of the family (spec section
-// 6), in its streaming form: a query row only needs sums over its visible
-// keys, S = sum v k^T, sk = sum k, sv = sum v and their count n, so each
-// (batch, KV head) walks its rows in order and slides the key window
-// [lo, hi) along (adding entering keys, subtracting leaving ones), O(L D^2)
-// work and O(D^2) memory per head for every mask. The sums are float64.
+// 6), in its streaming form. A query row only needs sums over its visible
+// keys, S = sum v k^T, sk = sum k, sv = sum v and their count n:
 //
 //	plain:  o = S r
 //	affine: o = vbar - Sigma_KV r = (sv/n) (1 + (sk/n).r) - (S r)/n
 //
-// (Sigma_KV r = (1/n) sum (v - vbar)((k - kbar).r) = (S r)/n - vbar (kbar.r).)
+// (Sigma_KV r = (1/n) sum (v - vbar)((k - kbar).r) = (S r)/n - vbar (kbar.r)).
+// Each work item walks the rows of one (batch, KV head) in order and slides
+// the key window [lo, hi) along, adding entering keys and subtracting
+// leaving ones: O(L D^2) work and O(D^2) memory per head for every mask. To
+// use every core when B * Hkv is small, an item owns only a slab of rows of
+// the D x D matrix (the outputs o_x it produces need only row x of S), so
+// (batch, KV head, slab) items stream the sequence independently. A first
+// cheap pass computes the per-row scalars that need whole vectors (n,
+// kbar.r, g.vbar). Sums are float64.
 
-// linSums are the running sums over a window of keys.
-type linSums struct {
-	D      int
-	S      []float64 // S[x*D+y] = sum v_x k_y (plain, affine) or U for the backward
-	a, b   []float64 // sk and sv (or the backward's C and E)
-	lo, hi int       // the window
+// linSlab is rows [x0, x1) of a matrix M = sum c u w^T (D columns) and of
+// the vector a = sum ca u, over a sliding window of terms.
+type linSlab struct {
+	D, x0, x1 int
+	M         []float64 // (x1 - x0) x D
+	a         []float64 // x1 - x0
+	lo, hi    int       // the window of terms
 }
 
-func newLinSums(D int) *linSums {
-	return &linSums{D: D, S: make([]float64, D*D), a: make([]float64, D), b: make([]float64, D)}
+func newLinSlab(D int) *linSlab {
+	return &linSlab{D: D, M: make([]float64, D*D), a: make([]float64, D)}
 }
 
-func (s *linSums) clear() {
-	clear(s.S)
-	clear(s.a)
-	clear(s.b)
+// reset empties the slab and selects rows [x0, x1).
+func (s *linSlab) reset(x0, x1, at int) {
+	s.x0, s.x1 = x0, x1
+	clear(s.M[:(x1-x0)*s.D])
+	clear(s.a[:x1-x0])
+	s.lo, s.hi = at, at
 }
 
-// rank1 adds c u w^T to S, ca u to a and cb w to b.
-func (s *linSums) rank1(u, w []float32, c, ca, cb float64) {
+// rank1 adds c u w^T to M and ca u to a (rows of the slab only).
+func (s *linSlab) rank1(u, w []float32, c, ca float64) {
 	D := s.D
 	w = w[:D]
-	for x, ux := range u[:D] {
+	for x, ux := range u[s.x0:s.x1] {
 		cu := c * float64(ux)
-		row := s.S[x*D : (x+1)*D]
+		row := s.M[x*D : (x+1)*D]
 		for y, wy := range w {
 			row[y] += cu * float64(wy)
 		}
-	}
-	if ca != 0 {
-		for x, ux := range u[:D] {
-			s.a[x] += ca * float64(ux)
-		}
-	}
-	if cb != 0 {
-		for y, wy := range w {
-			s.b[y] += cb * float64(wy)
-		}
+		s.a[x] += ca * float64(ux)
 	}
 }
 
+// row returns M_x . w for slab row x (relative to x0).
+func (s *linSlab) row(x int, w []float32) float64 {
+	return linDot(w, s.M[x*s.D:(x+1)*s.D])
+}
+
 // slide moves the window to [lo, hi), given that neither end moves down,
-// calling add(j, +1) for entering and add(j, -1) for leaving items.
-func (s *linSums) slide(lo, hi int, add func(j int, sign float64)) {
+// calling add(j, +1) for entering terms and add(j, -1) for leaving ones.
+func (s *linSlab) slide(lo, hi int, add func(j int, sign float64)) {
 	for s.lo < min(lo, s.hi) {
 		add(s.lo, -1)
 		s.lo++
 	}
 	if s.lo == s.hi {
-		s.clear() // an empty window holds exact zeros, not rounding residue
-		s.lo, s.hi = lo, lo
+		s.reset(s.x0, s.x1, lo) // an empty window holds exact zeros
 	}
 	for s.hi < hi {
 		add(s.hi, +1)
@@ -74,45 +77,18 @@ func (s *linSums) slide(lo, hi int, add func(j int, sign float64)) {
 	}
 }
 
-// slideDown moves the window to [lo, hi) given that neither end moves up.
-func (s *linSums) slideDown(lo, hi int, add func(j int, sign float64)) {
+// slideDown moves the window to [lo, hi), given that neither end moves up.
+func (s *linSlab) slideDown(lo, hi int, add func(j int, sign float64)) {
 	for s.hi > max(hi, s.lo) {
 		s.hi--
 		add(s.hi, -1)
 	}
 	if s.lo == s.hi {
-		s.clear()
-		s.lo, s.hi = hi, hi
+		s.reset(s.x0, s.x1, hi)
 	}
 	for s.lo > lo {
 		s.lo--
 		add(s.lo, +1)
-	}
-}
-
-// mulVec sets y = S x; mulVecT sets y = S^T x.
-func (s *linSums) mulVec(y []float64, x []float32) {
-	D := s.D
-	x = x[:D]
-	for a := range y[:D] {
-		row := s.S[a*D : (a+1)*D]
-		var t float64
-		for c, xc := range x {
-			t += row[c] * float64(xc)
-		}
-		y[a] = t
-	}
-}
-
-func (s *linSums) mulVecT(y []float64, x []float32) {
-	D := s.D
-	clear(y[:D])
-	for a, xa := range x[:D] {
-		row := s.S[a*D : (a+1)*D]
-		xv := float64(xa)
-		for c := range y[:D] {
-			y[c] += row[c] * xv
-		}
 	}
 }
 
@@ -139,6 +115,79 @@ func linDot(a []float32, b []float64) float64 {
 	return s
 }
 
+// linPlan splits the work of one op into (batch, KV head, slab) items.
+type linPlan struct {
+	dims         engine.AttnDims
+	heads, slabs int
+}
+
+func (d *Device) linPlan(dims engine.AttnDims) linPlan {
+	heads := dims.B * dims.Hkv
+	slabs := max(1, min((2*d.threads+heads-1)/max(heads, 1), dims.D/16))
+	return linPlan{dims, heads, slabs}
+}
+
+// item returns the batch, KV head and slab rows [x0, x1) of item n.
+func (p linPlan) item(n int) (b, hk, x0, x1 int) {
+	bh, sl := n/p.slabs, n%p.slabs
+	return bh / p.dims.Hkv, bh % p.dims.Hkv, p.dims.D * sl / p.slabs, p.dims.D * (sl + 1) / p.slabs
+}
+
+// linRowStats is the first pass: for every row (b, h, i), with n its
+// visible key count, inv = 1/n (0 for no key), kr = kbar.r and, when g is
+// not nil, gv = g.vbar.
+func (d *Device) linRowStats(dims engine.AttnDims, r, k, v, g []float32) (inv, kr, gv []float64) {
+	D, G := dims.D, dims.G
+	rows := dims.B * dims.Hq * dims.Lq
+	inv, kr = make([]float64, rows), make([]float64, rows)
+	if g != nil {
+		gv = make([]float64, rows)
+	}
+	attnDynamic(d, dims.B*dims.Hkv, func(int) []float64 { return make([]float64, 2*D) }, func(sums []float64, bh int) {
+		sk, sv := sums[:D], sums[D:]
+		clear(sums)
+		b, hk := bh/dims.Hkv, bh%dims.Hkv
+		kvOff := bh * dims.Lk * D
+		wlo, whi := 0, 0 // the window of keys in sk, sv
+		add := func(j int, sign float64) {
+			kj, vj := k[kvOff+j*D:kvOff+(j+1)*D], v[kvOff+j*D:kvOff+(j+1)*D]
+			for x := range sk {
+				sk[x] += sign * float64(kj[x])
+				sv[x] += sign * float64(vj[x])
+			}
+		}
+		for i := 0; i < dims.Lq; i++ {
+			lo, hi := dims.Visible(i)
+			for wlo < min(lo, whi) {
+				add(wlo, -1)
+				wlo++
+			}
+			if wlo == whi {
+				clear(sums)
+				wlo, whi = lo, lo
+			}
+			for whi < hi {
+				add(whi, +1)
+				whi++
+			}
+			n := whi - wlo
+			if n == 0 {
+				continue
+			}
+			in := 1 / float64(n)
+			for h := hk * G; h < (hk+1)*G; h++ {
+				row := (b*dims.Hq+h)*dims.Lq + i
+				inv[row] = in
+				kr[row] = in * linDot(r[row*D:(row+1)*D], sk)
+				if g != nil {
+					gv[row] = in * linDot(g[row*D:(row+1)*D], sv)
+				}
+			}
+		}
+	})
+	return inv, kr, gv
+}
+
 // LinearAttention computes plain or affine linear attention with probe R.
 func (d *Device) LinearAttention(a engine.LinearAttentionArgs) error {
 	dims, err := engine.CheckLinearAttention(a)
@@ -151,42 +200,39 @@ func (d *Device) LinearAttention(a engine.LinearAttentionArgs) error {
 	r, k, v := floats(a.R), floats(a.K), floats(a.V)
 	o, commit := output(a.O, false)
 	D, G := dims.D, dims.G
-	attnDynamic(d, dims.B*dims.Hkv, func(int) *linSums { return newLinSums(D) }, func(st *linSums, bh int) {
-		b, hk := bh/dims.Hkv, bh%dims.Hkv
-		kvOff := bh * dims.Lk * D
-		st.clear()
-		st.lo, st.hi = 0, 0
+	var inv, kr []float64
+	if a.Affine {
+		inv, kr, _ = d.linRowStats(dims, r, k, v, nil)
+	}
+	p := d.linPlan(dims)
+	attnDynamic(d, p.heads*p.slabs, func(int) *linSlab { return newLinSlab(D) }, func(st *linSlab, n int) {
+		b, hk, x0, x1 := p.item(n)
+		kvOff := (b*dims.Hkv + hk) * dims.Lk * D
+		st.reset(x0, x1, 0)
+		// M = S = sum v k^T (rows x of the slab), a = sv.
 		add := func(j int, sign float64) {
-			kj, vj := k[kvOff+j*D:kvOff+(j+1)*D], v[kvOff+j*D:kvOff+(j+1)*D]
-			if a.Affine {
-				st.rank1(vj, kj, sign, sign, sign) // S += v k^T, a = sv, b = sk
-			} else {
-				st.rank1(vj, kj, sign, 0, 0)
-			}
+			st.rank1(v[kvOff+j*D:kvOff+(j+1)*D], k[kvOff+j*D:kvOff+(j+1)*D], sign, sign)
 		}
-		y := make([]float64, D)
 		for i := 0; i < dims.Lq; i++ {
 			lo, hi := dims.Visible(i)
 			st.slide(lo, hi, add)
-			n := st.hi - st.lo
-			for g := range G {
-				row := ((b*dims.Hq+hk*G+g)*dims.Lq + i) * D
-				ri, oi := r[row:row+D], o[row:row+D]
-				if n == 0 {
+			for h := hk * G; h < (hk+1)*G; h++ {
+				row := (b*dims.Hq+h)*dims.Lq + i
+				ri, oi := r[row*D:(row+1)*D], o[row*D+x0:row*D+x1]
+				if st.hi == st.lo {
 					clear(oi)
 					continue
 				}
-				st.mulVec(y, ri)
 				if !a.Affine {
 					for x := range oi {
-						oi[x] = float32(y[x])
+						oi[x] = float32(st.row(x, ri))
 					}
 					continue
 				}
-				inv := 1 / float64(n)
-				c := inv * (1 + inv*linDot(ri, st.b))
+				in := inv[row]
+				c := in * (1 + kr[row])
 				for x := range oi {
-					oi[x] = float32(c*st.a[x] - inv*y[x])
+					oi[x] = float32(c*st.a[x] - in*st.row(x, ri))
 				}
 			}
 		}
@@ -206,9 +252,9 @@ func (d *Device) LinearAttention(a engine.LinearAttentionArgs) error {
 //	        U_j = sum g_i r_i^T / n_i,  C_j = sum (1 + kbar_i.r_i) g_i / n_i,
 //	        E_j = sum (g_i.vbar_i) r_i / n_i
 //
-// (from o_i = vbar_i (1 + kbar_i.r_i) - S_i r_i / n_i). The first pass walks
-// the rows upward with the key sums of the forward, the second walks the
-// keys downward with the sums U, C, E over the rows that see each key.
+// (from o_i = vbar_i (1 + kbar_i.r_i) - S_i r_i / n_i). dr walks the rows
+// upward with slabs of S^T = sum k v^T; dv and dk walk the keys downward
+// with slabs of U and of U^T over the rows that see each key.
 func (d *Device) LinearAttentionBackward(a engine.LinearAttentionBackwardArgs) error {
 	dims, err := engine.CheckLinearAttentionBackward(a)
 	if err != nil {
@@ -222,90 +268,83 @@ func (d *Device) LinearAttentionBackward(a engine.LinearAttentionBackwardArgs) e
 	dk, commitK := output(a.DK, false)
 	dv, commitV := output(a.DV, false)
 	D, G := dims.D, dims.G
-	attnDynamic(d, dims.B*dims.Hkv, func(int) *linSums { return newLinSums(D) }, func(st *linSums, bh int) {
-		b, hk := bh/dims.Hkv, bh%dims.Hkv
-		kvOff := bh * dims.Lk * D
-		rowOff := func(g, i int) int { return ((b*dims.Hq+hk*G+g)*dims.Lq + i) * D }
-		// Per (g, i): 1/n and, for affine, the coefficients of g in C and
-		// of r in E.
-		inv := make([]float64, G*dims.Lq)
-		cC := make([]float64, G*dims.Lq)
-		cE := make([]float64, G*dims.Lq)
-		y := make([]float64, D)
+	inv, kr, gv := d.linRowStats(dims, r, k, v, g)
+	p := d.linPlan(dims)
 
-		// Pass 1: rows upward, dr.
-		st.clear()
-		st.lo, st.hi = 0, 0
-		addKey := func(j int, sign float64) {
-			kj, vj := k[kvOff+j*D:kvOff+(j+1)*D], v[kvOff+j*D:kvOff+(j+1)*D]
-			if a.Affine {
-				st.rank1(vj, kj, sign, sign, sign)
-			} else {
-				st.rank1(vj, kj, sign, 0, 0)
-			}
+	// dr: rows upward, M = S^T = sum k v^T, a = sk.
+	attnDynamic(d, p.heads*p.slabs, func(int) *linSlab { return newLinSlab(D) }, func(st *linSlab, n int) {
+		b, hk, y0, y1 := p.item(n)
+		kvOff := (b*dims.Hkv + hk) * dims.Lk * D
+		st.reset(y0, y1, 0)
+		add := func(j int, sign float64) {
+			st.rank1(k[kvOff+j*D:kvOff+(j+1)*D], v[kvOff+j*D:kvOff+(j+1)*D], sign, sign)
 		}
 		for i := 0; i < dims.Lq; i++ {
 			lo, hi := dims.Visible(i)
-			st.slide(lo, hi, addKey)
-			n := st.hi - st.lo
-			for h := range G {
-				off := rowOff(h, i)
-				ri, gi, dri := r[off:off+D], g[off:off+D], dr[off:off+D]
-				if n == 0 {
+			st.slide(lo, hi, add)
+			for h := hk * G; h < (hk+1)*G; h++ {
+				row := (b*dims.Hq+h)*dims.Lq + i
+				gi, dri := g[row*D:(row+1)*D], dr[row*D+y0:row*D+y1]
+				if st.hi == st.lo {
 					clear(dri)
 					continue
 				}
-				st.mulVecT(y, gi)
 				if !a.Affine {
-					inv[h*dims.Lq+i] = 1
-					for x := range dri {
-						dri[x] = float32(y[x])
+					for y := range dri {
+						dri[y] = float32(st.row(y, gi))
 					}
 					continue
 				}
-				in := 1 / float64(n)
-				gv := in * linDot(gi, st.a) // g.vbar
-				kr := in * linDot(ri, st.b) // kbar.r
-				inv[h*dims.Lq+i] = in
-				cC[h*dims.Lq+i] = in * (1 + kr)
-				cE[h*dims.Lq+i] = in * gv
-				for x := range dri {
-					dri[x] = float32(gv*in*st.b[x] - in*y[x])
+				in := inv[row]
+				for y := range dri {
+					dri[y] = float32(gv[row]*in*st.a[y] - in*st.row(y, gi))
 				}
 			}
 		}
+	})
 
-		// Pass 2: keys downward, dk and dv.
-		st.clear()
-		st.lo, st.hi = dims.Lq, dims.Lq
-		addRow := func(i int, sign float64) {
-			for h := range G {
-				off := rowOff(h, i)
-				n := h*dims.Lq + i
-				if inv[n] == 0 {
+	// dv and dk: keys downward over the rows that see each key. Items with
+	// dvPart set hold rows x of U = sum g r^T / n and C = sum cC g; the
+	// others rows y of U^T = sum r g^T / n and E = sum cE r.
+	attnDynamic(d, 2*p.heads*p.slabs, func(int) *linSlab { return newLinSlab(D) }, func(st *linSlab, n int) {
+		dvPart := n%2 == 0
+		b, hk, x0, x1 := p.item(n / 2)
+		kvOff := (b*dims.Hkv + hk) * dims.Lk * D
+		st.reset(x0, x1, dims.Lq)
+		add := func(i int, sign float64) {
+			for h := hk * G; h < (hk+1)*G; h++ {
+				row := (b*dims.Hq+h)*dims.Lq + i
+				in := inv[row]
+				if in == 0 {
 					continue // the row sees no key
 				}
-				// U += g r^T / n, a = C += cC g, b = E += cE r.
-				st.rank1(g[off:off+D], r[off:off+D], sign*inv[n], sign*cC[n], sign*cE[n])
+				c := 1.0 // plain: U = sum g r^T, C = E = 0
+				var cc, ce float64
+				if a.Affine {
+					c, cc, ce = in, in*(1+kr[row]), in*gv[row]
+				}
+				gi, ri := g[row*D:(row+1)*D], r[row*D:(row+1)*D]
+				if dvPart {
+					st.rank1(gi, ri, sign*c, sign*cc)
+				} else {
+					st.rank1(ri, gi, sign*c, sign*ce)
+				}
 			}
 		}
 		for j := dims.Lk - 1; j >= 0; j-- {
 			lo, hi := linRowsSeeing(dims, j)
-			st.slideDown(lo, hi, addRow)
-			kj, vj := k[kvOff+j*D:kvOff+(j+1)*D], v[kvOff+j*D:kvOff+(j+1)*D]
-			dkj, dvj := dk[kvOff+j*D:kvOff+(j+1)*D], dv[kvOff+j*D:kvOff+(j+1)*D]
-			// Plain: C = E = 0 and the signs flip.
-			sgn := 1.0
-			if !a.Affine {
-				sgn = -1
+			st.slideDown(lo, hi, add)
+			// out = a - M w (affine), M w (plain).
+			w, out := v[kvOff+j*D:kvOff+(j+1)*D], dk[kvOff+j*D+x0:kvOff+j*D+x1]
+			if dvPart {
+				w, out = k[kvOff+j*D:kvOff+(j+1)*D], dv[kvOff+j*D+x0:kvOff+j*D+x1]
 			}
-			st.mulVec(y, kj)
-			for x := range dvj {
-				dvj[x] = float32(sgn * (st.a[x] - y[x]))
-			}
-			st.mulVecT(y, vj)
-			for x := range dkj {
-				dkj[x] = float32(sgn * (st.b[x] - y[x]))
+			for x := range out {
+				if a.Affine {
+					out[x] = float32(st.a[x] - st.row(x, w))
+				} else {
+					out[x] = float32(st.row(x, w))
+				}
 			}
 		}
 	})

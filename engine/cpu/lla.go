@@ -23,15 +23,16 @@ import (
 // Cholesky factorisation.
 //
 // Singular systems: with lambda = 0, a row that sees at most D keys has a
-// singular Sig and no defined output (the local linear fit interpolates its
-// keys, den = 0); LLA reports that row as an error rather than return
-// arbitrary values. Otherwise SolveDirect reports any row whose Sig is not
-// positive definite to working precision (a pivot <= 1e-13 of the largest
-// diagonal entry), and SolveCG, which on a singular but consistent system
-// converges to the minimum-norm solution (every solution gives the same o),
-// reports a row when den <= 1e-9 omega (eta > 1e9: the query lies outside
-// the span of its keys) or the output is not finite. Errors
-// name the row and are also returned by Sync; O is not written then.
+// singular Sig and no defined output (the local linear fit through its keys
+// has no unique intercept: den = 0); LLA reports such a row as an error
+// before computing anything, rather than return arbitrary values. Otherwise
+// SolveDirect reports any row whose Sig is not positive definite to working
+// precision (a pivot <= 1e-13 of the largest diagonal entry). SolveCG on a
+// singular but consistent system converges to the minimum-norm solution;
+// every solution gives the same o as long as den > 0, so CG reports a row
+// only when den <= 1e-9 omega (eta > 1e9: the query lies outside the span
+// of its keys' differences) or the output is not finite. Errors name the
+// row and are also returned by Sync; no output is written then.
 func (d *Device) LLA(a engine.LLAArgs) error {
 	dims, err := engine.CheckLLA(a)
 	if err != nil {
@@ -40,7 +41,7 @@ func (d *Device) LLA(a engine.LLAArgs) error {
 	if err := d.own("lla", a.Q, a.K, a.V, a.O, a.RhoStar, a.Eta); err != nil {
 		return err
 	}
-	if a.Lambda == 0 && dims.Lq > 0 {
+	if a.Lambda == 0 && dims.B*dims.Hq > 0 {
 		for i := 0; i < dims.Lq; i++ {
 			if lo, hi := dims.Visible(i); hi-lo <= dims.D {
 				return d.fail(&engine.ArgError{Op: "lla", Msg: fmt.Sprintf(
@@ -68,7 +69,10 @@ func (d *Device) LLA(a engine.LLAArgs) error {
 	if a.Eta != nil {
 		eta = make([]float32, rows)
 	}
+	// Each worker keeps the first failing row it met; the error reported is
+	// that of the lowest row, whatever the scheduling.
 	errs := make([]error, max(d.threads, 1))
+	errRow := make([]int, len(errs))
 	type llaWorker struct {
 		id                 int
 		s, sig, chol       []float64
@@ -82,6 +86,9 @@ func (d *Device) LLA(a engine.LLAArgs) error {
 	}, func(w *llaWorker, row int) {
 		if errs[w.id] != nil {
 			return
+		}
+		fail := func(err error) {
+			errs[w.id], errRow[w.id] = err, row
 		}
 		i := row % dims.Lq
 		bh := row / dims.Lq
@@ -136,7 +143,7 @@ func (d *Device) LLA(a engine.LLAArgs) error {
 		// Solve Sig rho = mu.
 		if a.Solver == engine.SolveDirect {
 			if !llaCholesky(w.chol, w.sig, D) {
-				errs[w.id] = llaRowErr(b, h, i, hi-lo, D, a.Lambda, "Sig is not positive definite (singular to working precision)")
+				fail(llaRowErr(b, h, i, hi-lo, D, a.Lambda, "Sig is not positive definite (singular to working precision)"))
 				return
 			}
 			llaCholSolve(w.x, w.chol, w.mu, D)
@@ -145,8 +152,8 @@ func (d *Device) LLA(a engine.LLAArgs) error {
 		}
 		den := omega - llaDot(w.mu, w.x)
 		if !(den > llaMinDen*omega) {
-			errs[w.id] = llaRowErr(b, h, i, hi-lo, D, a.Lambda, fmt.Sprintf(
-				"omega - mu.rho* = %.3g: Sig is singular and the query lies outside the span of its keys (eta unbounded)", den))
+			fail(llaRowErr(b, h, i, hi-lo, D, a.Lambda, fmt.Sprintf(
+				"omega - mu.rho* = %.3g: Sig is singular and the query lies outside the span of its keys (eta unbounded)", den)))
 			return
 		}
 		var qr float64
@@ -168,7 +175,7 @@ func (d *Device) LLA(a engine.LLAArgs) error {
 		}
 		for _, x := range oi {
 			if math.IsNaN(x) || math.IsInf(x, 0) {
-				errs[w.id] = llaRowErr(b, h, i, hi-lo, D, a.Lambda, "the output is not finite (Sig is near singular)")
+				fail(llaRowErr(b, h, i, hi-lo, D, a.Lambda, "the output is not finite (Sig is near singular)"))
 				return
 			}
 		}
@@ -184,10 +191,14 @@ func (d *Device) LLA(a engine.LLAArgs) error {
 			eta[row] = float32((omega - den) / den)
 		}
 	})
-	for _, err := range errs {
-		if err != nil {
-			return d.fail(err)
+	first := -1
+	for n, err := range errs {
+		if err != nil && (first < 0 || errRow[n] < errRow[first]) {
+			first = n
 		}
+	}
+	if first >= 0 {
+		return d.fail(errs[first])
 	}
 	store(a.O, res)
 	if rho != nil {

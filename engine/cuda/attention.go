@@ -1,0 +1,419 @@
+//go:build cgo
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+
+	"github.com/parallax-engine/parallax/engine"
+)
+
+// Host side of the attention family. Tensor-core kernels
+// (shaders/cuda/attention_mma.cu) take bf16 tensors with head dimensions
+// 32, 64 and 128 (decode also 16); everything else runs the SIMT kernels
+// of attention_simt.cu, in f32 arithmetic (double for linear attention and
+// LLA), which is also the f32 path.
+
+const (
+	mmaMod  = "attention_mma"
+	simtMod = "attention_simt"
+	maxD    = 256 // the SIMT kernels keep D/32 <= 8 elements per lane
+)
+
+// Tile sizes, as in attention_mma.cu.
+const (
+	fwdBM     = 64
+	decStages = 3
+	decKeys   = 64
+)
+
+func fwdBN(d int) int {
+	if d >= 128 {
+		return 32
+	}
+	return 64
+}
+
+// allBF16 reports whether every non-nil tensor is bf16.
+func allBF16(ts ...*engine.Tensor) bool {
+	for _, t := range ts {
+		if t != nil && t.DType() != engine.BF16 {
+			return false
+		}
+	}
+	return true
+}
+
+func mmaD(d int) bool { return d == 32 || d == 64 || d == 128 }
+
+func kind(parallax bool) string {
+	if parallax {
+		return "px"
+	}
+	return "sm"
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func needD(op string, d int) error {
+	if d > maxD {
+		return &engine.ArgError{Op: op, Operand: "q", Msg: fmt.Sprintf("head dimension %d exceeds the CUDA backend's %d", d, maxD)}
+	}
+	return nil
+}
+
+// warpRows is the grid of the one-warp-per-row SIMT kernels (4 warps a
+// block).
+func warpRows(rows int) [3]int { return [3]int{max(1, (rows+3)/4), 1, 1} }
+
+var threads128 = [3]int{128, 1, 1}
+
+// Attention is the streaming forward (spec sections 2-3).
+func (d *Device) Attention(a engine.AttentionArgs) error {
+	dims, err := engine.CheckAttention(a)
+	if err != nil {
+		return err
+	}
+	if err := d.own("attention", a.Q, a.K, a.V, a.R, a.O, a.LSE, a.Vbar, a.Tbar); err != nil {
+		return err
+	}
+	if err := needD("attention", dims.D); err != nil {
+		return err
+	}
+	rows := dims.B * dims.Hq * dims.Lq
+	if rows == 0 {
+		return nil
+	}
+	px := a.R != nil
+	if allBF16(a.Q, a.K, a.V, a.R, a.O, a.Vbar) && mmaD(dims.D) {
+		D, bn := dims.D, fwdBN(dims.D)
+		name := fmt.Sprintf("attn_fwd_mma_d%d_%s", D, kind(px))
+		if D == 128 && os.Getenv("PARALLAX_CUDA_FWD_BN") != "32" {
+			// 64-key tiles measured 8-10% faster than 32 on the H200
+			// despite a few spilled registers in the Parallax variant.
+			name, bn = "attn_fwd_mma_d128_bn64_"+kind(px), 64
+		}
+		sd := D + 8
+		nq := 1
+		if px {
+			nq = 2
+		}
+		smem := (fwdBM*sd*nq + 4*bn*sd) * 2
+		return d.launch(mmaMod, name, [3]int{(dims.Lq + fwdBM - 1) / fwdBM, dims.Hq, dims.B}, threads128, smem,
+			newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.O)).p(ptr(a.Vbar)).p(ptr(a.LSE)).p(ptr(a.Tbar)).
+				i(dims.Hq).i(dims.Hkv).i(dims.Lq).i(dims.Lk).f(dims.Scale).i(b2i(dims.Causal)).i(dims.Window))
+	}
+	return d.attnSIMT(a.Q, a.R, a.K, a.V, a.O, a.Vbar, a.LSE, a.Tbar, dims.B, dims.Hq, dims.Hkv, dims.Lq, dims.Lk, dims.D,
+		dims.Scale, dims.Causal, dims.Window, nil)
+}
+
+func dtOr(t *engine.Tensor) int {
+	if t == nil {
+		return 0
+	}
+	return dt(t)
+}
+
+func (d *Device) attnSIMT(q, r, k, v, o, vbar, lse, tbar *engine.Tensor, B, Hq, Hkv, Lq, Lk, D int, scale float32,
+	causal bool, window int, lens *engine.Tensor) error {
+	return d.launch(simtMod, "attn_fwd_simt", warpRows(B*Hq*Lq), threads128, 4*2*D*4,
+		newArgs().p(ptr(q)).p(ptr(r)).p(ptr(k)).p(ptr(v)).p(ptr(o)).p(ptr(vbar)).p(ptr(lse)).p(ptr(tbar)).
+			i(dt(q)).i(dtOr(r)).i(dt(k)).i(dt(v)).i(dt(o)).i(dtOr(vbar)).
+			i(B).i(Hq).i(Hkv).i(Lq).i(Lk).i(D).f(scale).i(b2i(causal)).i(window).p(ptr(lens)).p(d.errBuf.ptr))
+}
+
+// AttentionBackward computes dQ, dK, dV (and dR): a row pre-pass T = g.o,
+// Bv = g.vbar, then a row-parallel dq/dr kernel and a column-parallel
+// dk/dv kernel (spec section 4).
+func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
+	dims, err := engine.CheckAttentionBackward(a)
+	if err != nil {
+		return err
+	}
+	if err := d.own("attention backward", a.Q, a.K, a.V, a.R, a.O, a.DO, a.LSE, a.Vbar, a.Tbar,
+		a.DQ, a.DK, a.DV, a.DR); err != nil {
+		return err
+	}
+	if err := needD("attention backward", dims.D); err != nil {
+		return err
+	}
+	B, Hq, Hkv, Lq, Lk, D := dims.B, dims.Hq, dims.Hkv, dims.Lq, dims.Lk, dims.D
+	rows := B * Hq * Lq
+	px := a.R != nil
+	if rows == 0 {
+		if Lk > 0 && B*Hkv > 0 {
+			if err := d.zero(ptr(a.DK), int64(a.DK.Bytes())); err != nil {
+				return err
+			}
+			return d.zero(ptr(a.DV), int64(a.DV.Bytes()))
+		}
+		return nil
+	}
+	st, err := d.scratch(int64(rows) * 8)
+	if err != nil {
+		return err
+	}
+	defer d.alloc.put(st)
+	T, Bv := st.ptr, st.ptr+uint64(rows)*4
+	if !px {
+		Bv = 0
+	}
+	if err := d.launch(simtMod, "bwd_pre", warpRows(rows), threads128, 0,
+		newArgs().p(ptr(a.DO)).p(ptr(a.O)).p(ptr(a.Vbar)).i(dt(a.DO)).i(dt(a.O)).i(dtOr(a.Vbar)).p(T).p(Bv).l(int64(rows)).i(D)); err != nil {
+		return err
+	}
+	common := func(x *args) *args {
+		return x.i(Hq).i(Hkv).i(Lq).i(Lk).f(dims.Scale).i(b2i(dims.Causal)).i(dims.Window)
+	}
+	if allBF16(a.Q, a.K, a.V, a.R, a.O, a.DO, a.Vbar, a.DQ, a.DK, a.DV, a.DR) && mmaD(D) {
+		sd, bn, bq := D+8, fwdBN(D), fwdBN(D)
+		nq := 2
+		if px {
+			nq = 3
+		}
+		in := func() *args {
+			return newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.DO)).p(ptr(a.LSE)).p(T).p(Bv).p(ptr(a.Tbar))
+		}
+		smemQ := (fwdBM*sd*nq + 4*bn*sd) * 2
+		if err := d.launch(mmaMod, fmt.Sprintf("attn_dq_mma_d%d_%s", D, kind(px)),
+			[3]int{(Lq + fwdBM - 1) / fwdBM, Hq, B}, threads128, smemQ, common(in().p(ptr(a.DQ)).p(ptr(a.DR)))); err != nil {
+			return err
+		}
+		if Lk == 0 {
+			return nil
+		}
+		smemKV := (2*64*sd+2*bq*sd*nq)*2 + 2*4*bq*4
+		return d.launch(mmaMod, fmt.Sprintf("attn_dkv_mma_d%d_%s", D, kind(px)),
+			[3]int{(Lk + 63) / 64, Hkv, B}, threads128, smemKV, common(in().p(ptr(a.DK)).p(ptr(a.DV))))
+	}
+	in := func() *args {
+		return newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.DO)).p(ptr(a.LSE)).p(T).p(Bv).p(ptr(a.Tbar))
+	}
+	dts := func(x *args, o1, o2 *engine.Tensor) *args {
+		return x.i(dt(a.Q)).i(dtOr(a.R)).i(dt(a.K)).i(dt(a.V)).i(dt(a.DO)).i(dt(o1)).i(dtOr(o2)).i(B).i(Hq).i(Hkv).i(Lq).i(Lk).i(D).
+			f(dims.Scale).i(b2i(dims.Causal)).i(dims.Window)
+	}
+	if err := d.launch(simtMod, "attn_dq_simt", warpRows(rows), threads128, 4*3*D*4,
+		dts(in().p(ptr(a.DQ)).p(ptr(a.DR)), a.DQ, a.DR)); err != nil {
+		return err
+	}
+	return d.launch(simtMod, "attn_dkv_simt", warpRows(B*Hkv*Lk), threads128, 4*2*D*4,
+		dts(in().p(ptr(a.DK)).p(ptr(a.DV)), a.DK, a.DV))
+}
+
+// decodeSplits is the split count when the caller leaves it to us. Two
+// blocks fit on a multiprocessor, so heads x splits is kept within one
+// wave of 2 x SMs blocks (a second, partly filled wave would cost as much
+// as the first), with chunks of at least minKeys keys
+// (PARALLAX_CUDA_DECODE_SPLIT_KEYS, default 128) and at most 64 chunks.
+func (d *Device) decodeSplits(heads, capacity int) int {
+	minKeys := 128
+	if v, err := strconv.Atoi(os.Getenv("PARALLAX_CUDA_DECODE_SPLIT_KEYS")); err == nil && v >= decKeys {
+		minKeys = v
+	}
+	s := 2 * d.g.sms / max(heads, 1)
+	s = min(s, (capacity+minKeys-1)/minKeys, 64)
+	return max(1, s)
+}
+
+// decodeScratch returns the split partials (n floats) and the per-(batch,
+// KV head) completion counters (m ints), kept between calls: the counters
+// are zeroed once when allocated and the last block of each group resets
+// its own, so a call needs no memset.
+func (d *Device) decodeScratch(n, m int) (part, cnt uint64, err error) {
+	if d.decPart == nil || d.decPart.size < int64(n)*4 {
+		if d.decPart != nil {
+			d.alloc.put(d.decPart)
+		}
+		if d.decPart, err = d.alloc.get(int64(n) * 4); err != nil {
+			d.decPart = nil
+			return 0, 0, err
+		}
+	}
+	if d.decCnt == nil || d.decCnt.size < int64(m)*4 {
+		if d.decCnt != nil {
+			d.alloc.put(d.decCnt)
+		}
+		if d.decCnt, err = d.alloc.get(int64(m) * 4); err != nil {
+			d.decCnt = nil
+			return 0, 0, err
+		}
+		if err := d.zero(d.decCnt.ptr, d.decCnt.size); err != nil {
+			return 0, 0, err
+		}
+	}
+	return d.decPart.ptr, d.decCnt.ptr, nil
+}
+
+// DecodeAttention is split-KV attention over a KV cache (Flash-Decoding).
+// On the tensor-core path (bf16, G*Lq <= 8, D in 16..128) the combine is
+// fused: the last block of each (batch, KV head) merges the splits.
+func (d *Device) DecodeAttention(a engine.DecodeArgs) error {
+	dims, err := engine.CheckDecode(a)
+	if err != nil {
+		return err
+	}
+	if err := d.own("decode attention", a.Q, a.R, a.KCache, a.VCache, a.Lens, a.O); err != nil {
+		return err
+	}
+	if err := needD("decode attention", dims.D); err != nil {
+		return err
+	}
+	B, Hq, Hkv, Lq, D := dims.B, dims.Hq, dims.Hkv, dims.Lq, dims.D
+	if B*Hq*Lq == 0 {
+		return nil
+	}
+	px := a.R != nil
+	if allBF16(a.Q, a.R, a.KCache, a.VCache, a.O) && (D == 16 || mmaD(D)) && dims.G*Lq <= 8 {
+		splits := a.Splits
+		if splits == 0 {
+			splits = d.decodeSplits(B*Hkv, dims.Cap)
+		}
+		pst := 24 + 16*D
+		pp, cp := uint64(0), uint64(0)
+		if splits > 1 {
+			if pp, cp, err = d.decodeScratch(B*Hkv*splits*pst, B*Hkv); err != nil {
+				return err
+			}
+		}
+		sd := D + 8
+		smem := (16*sd + 2*decStages*decKeys*sd) * 2
+		return d.launch(mmaMod, fmt.Sprintf("attn_dec_mma_d%d_%s", D, kind(px)), [3]int{splits, Hkv, B}, threads128, smem,
+			newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.KCache)).p(ptr(a.VCache)).p(ptr(a.O)).p(ptr(a.Lens)).
+				i(Hq).i(Hkv).i(Lq).i(dims.Cap).f(dims.Scale).i(dims.Window).i(splits).p(pp).p(cp).p(d.errBuf.ptr))
+	}
+	// The SIMT path streams each row's keys in one pass; splitting only
+	// changes rounding, so Splits is not needed there.
+	return d.attnSIMT(a.Q, a.R, a.KCache, a.VCache, a.O, nil, nil, nil, B, Hq, Hkv, Lq, dims.Cap, D, dims.Scale,
+		true, dims.Window, a.Lens)
+}
+
+// LLA is exact local linear attention, one block per query row in double
+// precision; Sig and the weights of a chunk of rows live in a scratch.
+func (d *Device) LLA(a engine.LLAArgs) error {
+	dims, err := engine.CheckLLA(a)
+	if err != nil {
+		return err
+	}
+	if err := d.own("lla", a.Q, a.K, a.V, a.O, a.RhoStar, a.Eta); err != nil {
+		return err
+	}
+	if err := needD("lla", dims.D); err != nil {
+		return err
+	}
+	if a.Lambda == 0 && dims.B*dims.Hq > 0 {
+		for i := 0; i < dims.Lq; i++ {
+			if lo, hi := dims.Visible(i); hi-lo <= dims.D {
+				return &engine.ArgError{Op: "lla", Msg: fmt.Sprintf(
+					"query position %d sees %d keys; with lambda = 0 its %d x %d system is singular and the output undefined (the local linear fit needs more than D keys): use lambda > 0",
+					i, hi-lo, dims.D, dims.D)}
+			}
+		}
+	}
+	tol := float64(a.Tol)
+	if tol == 0 {
+		tol = 1e-6
+	}
+	maxIter := a.MaxIter
+	if maxIter == 0 {
+		maxIter = 4 * dims.D
+	}
+	rows := dims.B * dims.Hq * dims.Lq
+	if rows == 0 {
+		return nil
+	}
+	per := int64(dims.D*dims.D+dims.Lk) * 8
+	chunk := int(max(1, min(int64(rows), (256<<20)/per)))
+	scr, err := d.scratch(int64(chunk) * per)
+	if err != nil {
+		return err
+	}
+	defer d.alloc.put(scr)
+	direct := b2i(a.Solver == engine.SolveDirect)
+	for r0 := 0; r0 < rows; r0 += chunk {
+		n := min(chunk, rows-r0)
+		x := newArgs().p(ptr(a.Q)).p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.O)).p(ptr(a.RhoStar)).p(ptr(a.Eta)).
+			i(dt(a.Q)).i(dt(a.K)).i(dt(a.V)).i(dt(a.O)).i(dtOr(a.RhoStar)).
+			i(dims.B).i(dims.Hq).i(dims.Hkv).i(dims.Lq).i(dims.Lk).i(dims.D).f(dims.Scale).i(b2i(dims.Causal)).i(dims.Window)
+		x.l(int64(f64bits(float64(a.Lambda)))).i(direct).l(int64(f64bits(tol))).i(maxIter).p(scr.ptr).l(int64(r0)).p(d.errBuf.ptr)
+		if err := d.launch(simtMod, "lla_row", [3]int{n, 1, 1}, threads128, 7*dims.D*8, x); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LinearAttention is plain or affine linear attention, one warp per row
+// (double sums).
+func (d *Device) LinearAttention(a engine.LinearAttentionArgs) error {
+	dims, err := engine.CheckLinearAttention(a)
+	if err != nil {
+		return err
+	}
+	if err := d.own("linear attention", a.R, a.K, a.V, a.O); err != nil {
+		return err
+	}
+	if err := needD("linear attention", dims.D); err != nil {
+		return err
+	}
+	rows := dims.B * dims.Hq * dims.Lq
+	if rows == 0 {
+		return nil
+	}
+	return d.launch(simtMod, "lin_fwd", warpRows(rows), threads128, 4*dims.D*4,
+		newArgs().p(ptr(a.R)).p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.O)).i(dt(a.R)).i(dt(a.K)).i(dt(a.V)).i(dt(a.O)).
+			i(dims.B).i(dims.Hq).i(dims.Hkv).i(dims.Lq).i(dims.Lk).i(dims.D).i(b2i(dims.Causal)).i(dims.Window).i(b2i(a.Affine)))
+}
+
+// LinearAttentionBackward computes dR (row-parallel) and dK, dV
+// (column-parallel) after a per-row statistics pass.
+func (d *Device) LinearAttentionBackward(a engine.LinearAttentionBackwardArgs) error {
+	dims, err := engine.CheckLinearAttentionBackward(a)
+	if err != nil {
+		return err
+	}
+	if err := d.own("linear attention backward", a.R, a.K, a.V, a.DO, a.DR, a.DK, a.DV); err != nil {
+		return err
+	}
+	if err := needD("linear attention backward", dims.D); err != nil {
+		return err
+	}
+	B, Hq, Hkv, Lq, Lk, D := dims.B, dims.Hq, dims.Hkv, dims.Lq, dims.Lk, dims.D
+	rows := B * Hq * Lq
+	if rows == 0 {
+		if err := d.zero(ptr(a.DK), int64(a.DK.Bytes())); err != nil {
+			return err
+		}
+		return d.zero(ptr(a.DV), int64(a.DV.Bytes()))
+	}
+	st, err := d.scratch(int64(rows) * 24)
+	if err != nil {
+		return err
+	}
+	defer d.alloc.put(st)
+	tail := func(x *args) *args {
+		return x.i(B).i(Hq).i(Hkv).i(Lq).i(Lk).i(D).i(b2i(dims.Causal)).i(dims.Window)
+	}
+	if err := d.launch(simtMod, "lin_stats", warpRows(rows), threads128, 4*2*D*4,
+		tail(newArgs().p(ptr(a.R)).p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.DO)).i(dt(a.R)).i(dt(a.K)).i(dt(a.V)).i(dt(a.DO)).p(st.ptr))); err != nil {
+		return err
+	}
+	if err := d.launch(simtMod, "lin_dr", warpRows(rows), threads128, 4*D*4,
+		tail(newArgs().p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.DO)).p(ptr(a.DR)).i(dt(a.K)).i(dt(a.V)).i(dt(a.DO)).i(dt(a.DR)).p(st.ptr)).
+			i(b2i(a.Affine))); err != nil {
+		return err
+	}
+	return d.launch(simtMod, "lin_dkv", warpRows(B*Hkv*Lk), threads128, 4*2*D*4,
+		tail(newArgs().p(ptr(a.R)).p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.DO)).p(ptr(a.DK)).p(ptr(a.DV)).
+			i(dt(a.R)).i(dt(a.K)).i(dt(a.V)).i(dt(a.DO)).i(dt(a.DK)).i(dt(a.DV)).p(st.ptr)).i(b2i(a.Affine)))
+}
+
+func f64bits(x float64) uint64 { return math.Float64bits(x) }

@@ -1,0 +1,254 @@
+//go:build cgo
+
+package cuda_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/parallax-engine/parallax/engine"
+	"github.com/parallax-engine/parallax/engine/cpu"
+	"github.com/parallax-engine/parallax/engine/enginetest"
+)
+
+// The conformance suite's attention shapes are small; these cases run the
+// tensor-core kernels (bf16, D = 32/64/128, several tiles, GQA, masks) and
+// compare them with the CPU backend on the same bf16 inputs.
+
+type tcCase struct {
+	B, Hq, Hkv, Lq, Lk, D int
+	causal                bool
+	window                int
+}
+
+func (c tcCase) String() string {
+	return fmt.Sprintf("B%d_Hq%d_Hkv%d_Lq%d_Lk%d_D%d_causal%v_w%d", c.B, c.Hq, c.Hkv, c.Lq, c.Lk, c.D, c.causal, c.window)
+}
+
+var tcCases = []tcCase{
+	{1, 2, 2, 256, 256, 128, true, 0},
+	{2, 4, 2, 200, 200, 64, true, 0},
+	{1, 4, 1, 100, 300, 128, true, 0},
+	{1, 2, 1, 130, 130, 64, false, 0},
+	{1, 2, 2, 300, 300, 64, true, 70},
+	{2, 2, 1, 150, 150, 32, true, 0},
+}
+
+// pair holds the same tensor on both devices.
+type pair struct{ g, c *engine.Tensor }
+
+type twin struct {
+	t         *testing.T
+	gpu, cpu  engine.Device
+	rng       *rand.Rand
+	allocated []pair
+}
+
+func (w *twin) up(dt engine.DType, scale float64, shape ...int) pair {
+	n := engine.Shape(shape).Numel()
+	v := enginetest.Normal(w.rng, dt, n, scale)
+	g, err := enginetest.Upload(w.gpu, dt, v, shape...)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	c, err := enginetest.Upload(w.cpu, dt, v, shape...)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	p := pair{g, c}
+	w.allocated = append(w.allocated, p)
+	return p
+}
+
+func (w *twin) zeros(dt engine.DType, shape ...int) pair {
+	g, err := w.gpu.Alloc(dt, shape...)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	c, _ := w.cpu.Alloc(dt, shape...)
+	p := pair{g, c}
+	w.allocated = append(w.allocated, p)
+	return p
+}
+
+func (w *twin) free() {
+	for _, p := range w.allocated {
+		w.gpu.Free(p.g)
+	}
+}
+
+func (w *twin) check(name string, p pair, tol float64) {
+	w.t.Helper()
+	g, err := enginetest.Download(p.g)
+	if err != nil {
+		w.t.Fatalf("%s: %v", name, err)
+	}
+	c, _ := enginetest.Download(p.c)
+	for i, x := range c { // rows with no key: -Inf on both sides
+		if math.IsInf(x, -1) && math.IsInf(g[i], -1) {
+			g[i], c[i] = 0, 0
+		}
+	}
+	e := enginetest.RelErr(g, c)
+	w.t.Logf("%-6s rel err %.3g", name, e)
+	if !(e <= tol) {
+		w.t.Errorf("%s: relative error %.3g exceeds %.3g", name, e, tol)
+	}
+}
+
+func TestTensorCoreAttention(t *testing.T) {
+	gpu := openGPU(t)
+	const tol = 1.6e-2
+	for _, c := range tcCases {
+		for _, px := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v_px%v", c, px), func(t *testing.T) {
+				w := &twin{t: t, gpu: gpu, cpu: cpu.New(), rng: rand.New(rand.NewPCG(uint64(c.Lq), uint64(c.D)))}
+				defer w.free()
+				dt := engine.BF16
+				qs, ks := []int{c.B, c.Hq, c.Lq, c.D}, []int{c.B, c.Hkv, c.Lk, c.D}
+				st := []int{c.B, c.Hq, c.Lq}
+				q, k, v := w.up(dt, 1, qs...), w.up(dt, 1, ks...), w.up(dt, 1, ks...)
+				o, lse := w.zeros(dt, qs...), w.zeros(engine.F32, st...)
+				var r, vb, tb pair
+				if px {
+					r, vb, tb = w.up(dt, 1/math.Sqrt(float64(c.D)), qs...), w.zeros(dt, qs...), w.zeros(engine.F32, st...)
+				}
+				opts := engine.AttentionOpts{Causal: c.causal, Window: c.window}
+				for _, side := range []int{0, 1} {
+					pick := func(p pair) *engine.Tensor {
+						if side == 0 {
+							return p.g
+						}
+						return p.c
+					}
+					var dev engine.Device = gpu
+					if side == 1 {
+						dev = w.cpu
+					}
+					a := engine.AttentionArgs{Q: pick(q), K: pick(k), V: pick(v), O: pick(o), LSE: pick(lse), AttentionOpts: opts}
+					if px {
+						a.R, a.Vbar, a.Tbar = pick(r), pick(vb), pick(tb)
+					}
+					if err := dev.Attention(a); err != nil {
+						t.Fatal(err)
+					}
+				}
+				w.check("o", o, tol)
+				w.check("lse", lse, tol)
+				if px {
+					w.check("vbar", vb, tol)
+					w.check("tbar", tb, tol)
+				}
+				if c.D == 128 { // the 32-key-tile variant of the forward
+					o64 := w.zeros(dt, qs...)
+					a := engine.AttentionArgs{Q: q.g, K: k.g, V: v.g, O: o64.g, AttentionOpts: opts}
+					if px {
+						a.R = r.g
+					}
+					os.Setenv("PARALLAX_CUDA_FWD_BN", "32")
+					err := gpu.Attention(a)
+					os.Unsetenv("PARALLAX_CUDA_FWD_BN")
+					if err != nil {
+						t.Fatal(err)
+					}
+					w.check("o bn32", pair{o64.g, o.c}, tol)
+				}
+				// Backward from the CPU's saved statistics on both sides.
+				g := w.up(dt, 1, qs...)
+				dq, dk, dv := w.zeros(dt, qs...), w.zeros(dt, ks...), w.zeros(dt, ks...)
+				var dr pair
+				if px {
+					dr = w.zeros(dt, qs...)
+				}
+				for _, side := range []int{0, 1} {
+					pick := func(p pair) *engine.Tensor {
+						if p.g == nil {
+							return nil
+						}
+						if side == 0 {
+							return p.g
+						}
+						return p.c
+					}
+					var dev engine.Device = gpu
+					if side == 1 {
+						dev = w.cpu
+					}
+					a := engine.AttentionBackwardArgs{Q: pick(q), K: pick(k), V: pick(v), R: pick(r), O: pick(o), DO: pick(g),
+						LSE: pick(lse), Vbar: pick(vb), Tbar: pick(tb), DQ: pick(dq), DK: pick(dk), DV: pick(dv), DR: pick(dr),
+						AttentionOpts: opts}
+					if err := dev.AttentionBackward(a); err != nil {
+						t.Fatal(err)
+					}
+				}
+				w.check("dq", dq, tol)
+				w.check("dk", dk, tol)
+				w.check("dv", dv, tol)
+				if px {
+					w.check("dr", dr, tol)
+				}
+			})
+		}
+	}
+}
+
+func TestTensorCoreDecode(t *testing.T) {
+	gpu := openGPU(t)
+	const tol = 1.6e-2
+	type dc struct {
+		B, Hq, Hkv, Lq, Cap, D, window, splits int
+		lens                                   []int
+	}
+	for _, c := range []dc{
+		{2, 8, 8, 1, 1000, 128, 0, 0, []int{1000, 77}},
+		{3, 16, 4, 1, 700, 128, 0, 3, []int{700, 1, 450}},
+		{2, 32, 8, 2, 520, 64, 0, 0, []int{520, 300}},
+		{1, 8, 1, 1, 5000, 128, 0, 0, []int{4999}},
+		{2, 4, 2, 1, 900, 64, 100, 0, []int{900, 333}},
+		{1, 4, 4, 1, 300, 32, 0, 1, []int{300}},
+	} {
+		for _, px := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%+v_px%v", c, px), func(t *testing.T) {
+				w := &twin{t: t, gpu: gpu, cpu: cpu.New(), rng: rand.New(rand.NewPCG(uint64(c.Cap), uint64(c.D)))}
+				defer w.free()
+				dt := engine.BF16
+				qs, ks := []int{c.B, c.Hq, c.Lq, c.D}, []int{c.B, c.Hkv, c.Cap, c.D}
+				q, k, v, o := w.up(dt, 1, qs...), w.up(dt, 1, ks...), w.up(dt, 1, ks...), w.zeros(dt, qs...)
+				var r pair
+				if px {
+					r = w.up(dt, 1/math.Sqrt(float64(c.D)), qs...)
+				}
+				lv := make([]float64, c.B)
+				for i, n := range c.lens {
+					lv[i] = float64(n)
+				}
+				lg, _ := enginetest.Upload(gpu, engine.I32, lv, c.B)
+				lc, _ := enginetest.Upload(w.cpu, engine.I32, lv, c.B)
+				defer gpu.Free(lg)
+				for side, dev := range []engine.Device{gpu, w.cpu} {
+					pick := func(p pair) *engine.Tensor {
+						if p.g == nil {
+							return nil
+						}
+						if side == 0 {
+							return p.g
+						}
+						return p.c
+					}
+					lens := lg
+					if side == 1 {
+						lens = lc
+					}
+					if err := dev.DecodeAttention(engine.DecodeArgs{Q: pick(q), R: pick(r), KCache: pick(k), VCache: pick(v),
+						Lens: lens, O: pick(o), Window: c.window, Splits: c.splits}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				w.check("o", o, tol)
+			})
+		}
+	}
+}

@@ -1,0 +1,50 @@
+//go:build cgo
+
+package cuda
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestCompileKernels compiles every kernel module with NVRTC for the
+// architectures the library supports among sm_80 and sm_90(a). It needs
+// NVRTC but no GPU, and skips where NVRTC is missing.
+func TestCompileKernels(t *testing.T) {
+	if err := loadNVRTC(libDirs()); err != nil {
+		t.Skipf("no NVRTC: %v", err)
+	}
+	src, err := readSources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	maj, _ := nvrtcVersionOf()
+	archs := nvrtcArchs()
+	var targets []string
+	for _, a := range archs {
+		if a == 80 || a == 90 {
+			targets = append(targets, archFor(a/10, a%10, maj, archs))
+		}
+	}
+	if len(targets) == 0 {
+		t.Skipf("NVRTC supports none of sm_80, sm_90 (has %v)", archs)
+	}
+	for _, arch := range targets {
+		for name := range src.modules {
+			opts := compileOptions(arch)
+			if v := os.Getenv("PARALLAX_CUDA_PTXAS"); v != "" {
+				opts = append(opts, "--ptxas-options="+v)
+			}
+			img, log, err := compile(name, src.modules[name], src.headers, opts)
+			if err != nil {
+				t.Errorf("%s for %s: %v", name, arch, err)
+				continue
+			}
+			if l := strings.TrimSpace(log); l != "" {
+				t.Logf("%s for %s:\n%s", name, arch, l)
+			}
+			t.Logf("%s for %s: %d bytes", name, arch, len(img))
+		}
+	}
+}

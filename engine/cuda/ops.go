@@ -1,0 +1,427 @@
+//go:build cgo
+
+package cuda
+
+// #include "shim.h"
+import "C"
+
+import (
+	"math"
+
+	"github.com/parallax-engine/parallax/engine"
+)
+
+// Host side of the non-attention ops (kernels in shaders/cuda/elementwise.cu):
+// validate with the engine's Check function, then enqueue.
+
+const ew = "elementwise"
+
+// dt is a tensor's dtype code as the kernels take it.
+func dt(t *engine.Tensor) int { return dtCode(t.DType()) }
+
+func dtCode(d engine.DType) int {
+	switch d {
+	case engine.BF16:
+		return 1
+	case engine.F16:
+		return 2
+	case engine.I32:
+		return 3
+	}
+	return 0
+}
+
+// castRaw converts n elements between device pointers.
+func (d *Device) castRaw(dst uint64, dd engine.DType, src uint64, sd engine.DType, n int64) error {
+	if n == 0 {
+		return nil
+	}
+	if dd == sd {
+		return cuErr("memcpy DtoD", C.pxcu_dtod(d.ctx, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n*int64(dd.Size())), d.stream))
+	}
+	return d.launch(ew, "cast", grid1(n), threads256, 0, newArgs().p(dst).i(dtCode(dd)).p(src).i(dtCode(sd)).l(n))
+}
+
+// zero clears n bytes at p.
+func (d *Device) zero(p uint64, n int64) error {
+	if n == 0 {
+		return nil
+	}
+	return cuErr("memset", C.pxcu_memset8(d.ctx, C.CUdeviceptr(p), 0, C.size_t(n), d.stream))
+}
+
+// Embedding gathers rows of table; an out-of-range id is reported at Sync.
+func (d *Device) Embedding(out, table, ids *engine.Tensor) error {
+	n, dim, v, err := engine.CheckEmbedding(out, table, ids)
+	if err != nil {
+		return err
+	}
+	if err := d.own("embedding", out, table, ids); err != nil {
+		return err
+	}
+	return d.launch(ew, "embedding", grid1(int64(n)*int64(dim)), threads256, 0,
+		newArgs().p(ptr(out)).i(dt(out)).p(ptr(table)).i(dt(table)).p(ptr(ids)).l(int64(n)).i(dim).i(v).p(d.errBuf.ptr))
+}
+
+// EmbeddingBackward accumulates dOut rows into dTable with f32 atomics (in
+// an f32 copy when dTable is 16-bit).
+func (d *Device) EmbeddingBackward(dTable, ids, dOut *engine.Tensor) error {
+	n, dim, v, err := engine.CheckEmbeddingBackward(dTable, ids, dOut)
+	if err != nil {
+		return err
+	}
+	if err := d.own("embedding backward", dTable, ids, dOut); err != nil {
+		return err
+	}
+	total := int64(v) * int64(dim)
+	acc := ptr(dTable)
+	var tmp *buffer
+	if dTable.DType() != engine.F32 {
+		if tmp, err = d.scratch(total * 4); err != nil {
+			return err
+		}
+		defer d.alloc.put(tmp)
+		acc = tmp.ptr
+		if err := d.castRaw(acc, engine.F32, ptr(dTable), dTable.DType(), total); err != nil {
+			return err
+		}
+	}
+	if err := d.launch(ew, "embedding_bwd", grid1(int64(n)*int64(dim)), threads256, 0,
+		newArgs().p(acc).p(ptr(ids)).p(ptr(dOut)).i(dt(dOut)).l(int64(n)).i(dim).i(v).p(d.errBuf.ptr)); err != nil {
+		return err
+	}
+	if tmp != nil {
+		return d.castRaw(ptr(dTable), dTable.DType(), acc, engine.F32, total)
+	}
+	return nil
+}
+
+func rowGrid(rows int) [3]int { return [3]int{max(1, min(rows, 1<<20)), 1, 1} }
+
+// RMSNorm normalises rows, one block per row, sums in double.
+func (d *Device) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) error {
+	rows, n, err := engine.CheckRMSNorm(out, rstd, x, w)
+	if err != nil {
+		return err
+	}
+	if err := d.own("rmsnorm", out, rstd, x, w); err != nil {
+		return err
+	}
+	if rows == 0 || n == 0 {
+		return nil
+	}
+	return d.launch(ew, "rmsnorm", rowGrid(rows), threads256, 0,
+		newArgs().p(ptr(out)).i(dt(out)).p(ptr(rstd)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).l(int64(rows)).i(n).f(eps))
+}
+
+// RMSNormBackward computes dX per row and accumulates dW by a column
+// reduction into an f32 scratch.
+func (d *Device) RMSNormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor) error {
+	rows, n, err := engine.CheckRMSNormBackward(dX, dW, dOut, x, w, rstd)
+	if err != nil {
+		return err
+	}
+	if err := d.own("rmsnorm backward", dX, dW, dOut, x, w, rstd); err != nil {
+		return err
+	}
+	if rows == 0 || n == 0 {
+		return nil
+	}
+	if err := d.launch(ew, "rmsnorm_bwd", rowGrid(rows), threads256, 0,
+		newArgs().p(ptr(dX)).i(dt(dX)).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).p(ptr(rstd)).l(int64(rows)).i(n)); err != nil {
+		return err
+	}
+	acc, err := d.scratch(int64(n) * 4)
+	if err != nil {
+		return err
+	}
+	defer d.alloc.put(acc)
+	if err := d.zero(acc.ptr, int64(n)*4); err != nil {
+		return err
+	}
+	gy := min((rows+63)/64, 1024)
+	if err := d.launch(ew, "rmsnorm_dw", [3]int{(n + 31) / 32, gy, 1}, [3]int{32, 8, 1}, 0,
+		newArgs().p(acc.ptr).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(rstd)).l(int64(rows)).i(n)); err != nil {
+		return err
+	}
+	return d.launch(ew, "add_f32", grid1(int64(n)), threads256, 0, newArgs().p(ptr(dW)).i(dt(dW)).p(acc.ptr).l(int64(n)))
+}
+
+// RoPE rotates pairs of x into out (which may alias x).
+func (d *Device) RoPE(out, x, pos *engine.Tensor, theta float32) error {
+	return d.rope("rope", out, x, pos, theta, false)
+}
+
+// RoPEBackward applies the inverse rotation.
+func (d *Device) RoPEBackward(dX, dOut, pos *engine.Tensor, theta float32) error {
+	return d.rope("rope backward", dX, dOut, pos, theta, true)
+}
+
+func (d *Device) rope(op string, out, x, pos *engine.Tensor, theta float32, inverse bool) error {
+	b, h, l, dim, err := engine.CheckRoPE(out, x, pos)
+	if err != nil {
+		return err
+	}
+	if err := d.own(op, out, x, pos); err != nil {
+		return err
+	}
+	inv := 0
+	if inverse {
+		inv = 1
+	}
+	return d.launch(ew, "rope", grid1(int64(b*h*l)*int64(dim/2)), threads256, 0,
+		newArgs().p(ptr(out)).i(dt(out)).p(ptr(x)).i(dt(x)).p(ptr(pos)).i(b).i(h).i(l).i(dim).f(theta).i(inv))
+}
+
+// SwiGLU computes silu(gate) * up.
+func (d *Device) SwiGLU(out, gate, up *engine.Tensor) error {
+	n, err := engine.CheckElementwise("swiglu", []string{"out", "gate", "up"}, out, gate, up)
+	if err != nil {
+		return err
+	}
+	if err := d.own("swiglu", out, gate, up); err != nil {
+		return err
+	}
+	return d.launch(ew, "swiglu", grid1(int64(n)), threads256, 0,
+		newArgs().p(ptr(out)).i(dt(out)).p(ptr(gate)).i(dt(gate)).p(ptr(up)).i(dt(up)).l(int64(n)))
+}
+
+// SwiGLUBackward computes dGate and dUp.
+func (d *Device) SwiGLUBackward(dGate, dUp, dOut, gate, up *engine.Tensor) error {
+	const op = "swiglu backward"
+	n, err := engine.CheckElementwise(op, []string{"dGate", "dUp", "dOut", "gate", "up"}, dGate, dUp, dOut, gate, up)
+	if err != nil {
+		return err
+	}
+	if err := d.own(op, dGate, dUp, dOut, gate, up); err != nil {
+		return err
+	}
+	return d.launch(ew, "swiglu_bwd", grid1(int64(n)), threads256, 0,
+		newArgs().p(ptr(dGate)).i(dt(dGate)).p(ptr(dUp)).i(dt(dUp)).p(ptr(dOut)).i(dt(dOut)).
+			p(ptr(gate)).i(dt(gate)).p(ptr(up)).i(dt(up)).l(int64(n)))
+}
+
+// AddScaled computes out = alpha a + beta b (out may alias a or b).
+func (d *Device) AddScaled(out, a, b *engine.Tensor, alpha, beta float32) error {
+	n, err := engine.CheckElementwise("add scaled", []string{"out", "a", "b"}, out, a, b)
+	if err != nil {
+		return err
+	}
+	if err := d.own("add scaled", out, a, b); err != nil {
+		return err
+	}
+	return d.launch(ew, "add_scaled", grid1(int64(n)), threads256, 0,
+		newArgs().p(ptr(out)).i(dt(out)).p(ptr(a)).i(dt(a)).p(ptr(b)).i(dt(b)).l(int64(n)).f(alpha).f(beta))
+}
+
+// Fill sets every element to value (rounded; truncated for I32).
+func (d *Device) Fill(t *engine.Tensor, value float32) error {
+	if t == nil {
+		return &engine.ArgError{Op: "fill", Operand: "t", Msg: "missing"}
+	}
+	if err := d.own("fill", t); err != nil {
+		return err
+	}
+	n := int64(t.Numel())
+	if n == 0 {
+		return nil
+	}
+	return d.launch(ew, "fill", grid1(n), threads256, 0, newArgs().p(ptr(t)).i(dt(t)).l(n).f(value))
+}
+
+// Cast converts src into dst's dtype (a copy when they match).
+func (d *Device) Cast(dst, src *engine.Tensor) error {
+	n, err := engine.CheckCast(dst, src)
+	if err != nil {
+		return err
+	}
+	if err := d.own("cast", dst, src); err != nil {
+		return err
+	}
+	return d.castRaw(ptr(dst), dst.DType(), ptr(src), src.DType(), int64(n))
+}
+
+// SwapAxes12 transposes the middle two dimensions.
+func (d *Device) SwapAxes12(dst, src *engine.Tensor) error {
+	s, err := engine.CheckSwapAxes12(dst, src)
+	if err != nil {
+		return err
+	}
+	if err := d.own("swapaxes12", dst, src); err != nil {
+		return err
+	}
+	return d.launch(ew, "swap12", grid1(int64(src.Numel())), threads256, 0,
+		newArgs().p(ptr(dst)).p(ptr(src)).i(src.DType().Size()).i(s[0]).i(s[1]).i(s[2]).i(s[3]))
+}
+
+// KVAppend writes x into the cache at positions start.. (converting).
+func (d *Device) KVAppend(cache, x *engine.Tensor, start int) error {
+	b, h, n, capacity, dim, err := engine.CheckKVAppend(cache, x, start)
+	if err != nil {
+		return err
+	}
+	if err := d.own("kv append", cache, x); err != nil {
+		return err
+	}
+	return d.launch(ew, "kv_append", grid1(int64(x.Numel())), threads256, 0,
+		newArgs().p(ptr(cache)).i(dt(cache)).p(ptr(x)).i(dt(x)).i(b).i(h).i(n).i(capacity).i(dim).i(start))
+}
+
+// CrossEntropy is the fused softmax cross-entropy, one block per row; a
+// target out of range (and not ignored) is reported at Sync.
+func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o engine.CrossEntropyOpts) error {
+	n, v, err := engine.CheckCrossEntropy(loss, dLogits, logits, targets)
+	if err != nil {
+		return err
+	}
+	if err := d.own("cross entropy", loss, dLogits, logits, targets); err != nil {
+		return err
+	}
+	dl, dtdl := uint64(0), 0
+	if dLogits != nil {
+		dl, dtdl = ptr(dLogits), dt(dLogits)
+	}
+	return d.launch(ew, "cross_entropy", rowGrid(n), threads256, 0,
+		newArgs().p(ptr(loss)).p(dl).i(dtdl).p(ptr(logits)).i(dt(logits)).p(ptr(targets)).i(n).i(v).
+			i(int(o.IgnoreIndex)).f(o.GradScale).p(d.errBuf.ptr))
+}
+
+// sumSquares enqueues per-matrix sums of squares (double) of x viewed as
+// batch matrices of per elements into a new zeroed scratch.
+func (d *Device) sumSquares(x *engine.Tensor, batch, per int64) (*buffer, error) {
+	acc, err := d.scratch(batch * 8)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.zero(acc.ptr, batch*8); err != nil {
+		d.alloc.put(acc)
+		return nil, err
+	}
+	g := grid1(per)
+	g[0] = min(g[0], 1024)
+	g[1] = int(batch)
+	if err := d.launch(ew, "sumsq", g, threads256, 0, newArgs().p(acc.ptr).p(ptr(x)).i(dt(x)).l(per)); err != nil {
+		d.alloc.put(acc)
+		return nil, err
+	}
+	return acc, nil
+}
+
+// SumSquares computes (or adds to out) sum x^2.
+func (d *Device) SumSquares(out, x *engine.Tensor, accumulate bool) error {
+	n, err := engine.CheckSumSquares(out, x)
+	if err != nil {
+		return err
+	}
+	if err := d.own("sum squares", out, x); err != nil {
+		return err
+	}
+	acc, err := d.sumSquares(x, 1, int64(n))
+	if err != nil {
+		return err
+	}
+	defer d.alloc.put(acc)
+	a := 0
+	if accumulate {
+		a = 1
+	}
+	return d.launch(ew, "sumsq_final", [3]int{1, 1, 1}, [3]int{32, 1, 1}, 0, newArgs().p(ptr(out)).p(acc.ptr).i(a))
+}
+
+// AdamW updates p, m, v in place (PyTorch's order), in double.
+func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
+	n, err := engine.CheckAdamW(p, g, m, v, o)
+	if err != nil {
+		return err
+	}
+	if err := d.own("adamw", p, g, m, v); err != nil {
+		return err
+	}
+	lr, b1, b2 := float64(o.LR), float64(o.Beta1), float64(o.Beta2)
+	decay := 1 - lr*float64(o.WeightDecay)
+	step := lr / (1 - math.Pow(b1, float64(o.Step)))
+	bc2 := math.Sqrt(1 - math.Pow(b2, float64(o.Step)))
+	a := newArgs().p(ptr(p)).i(dt(p)).p(ptr(g)).i(dt(g)).p(ptr(m)).p(ptr(v)).l(int64(n))
+	for _, x := range []float64{decay, step, bc2, b1, b2, float64(o.Eps)} {
+		a.l(int64(math.Float64bits(x)))
+	}
+	return d.launch(ew, "adamw", grid1(int64(n)), threads256, 0, a)
+}
+
+// MuonMomentum updates m and writes the direction u.
+func (d *Device) MuonMomentum(u, m, g *engine.Tensor, beta float32, nesterov bool) error {
+	n, err := engine.CheckMuonMomentum(u, m, g)
+	if err != nil {
+		return err
+	}
+	if err := d.own("muon momentum", u, m, g); err != nil {
+		return err
+	}
+	nest := 0
+	if nesterov {
+		nest = 1
+	}
+	return d.launch(ew, "muon_momentum", grid1(int64(n)), threads256, 0,
+		newArgs().p(ptr(u)).i(dt(u)).p(ptr(m)).p(ptr(g)).i(dt(g)).l(int64(n)).f(beta).i(nest))
+}
+
+// FrobeniusNormalize writes x / (||x||_F + eps) per matrix.
+func (d *Device) FrobeniusNormalize(out, x *engine.Tensor, eps float32) error {
+	batch, per, err := engine.CheckFrobeniusNormalize(out, x)
+	if err != nil {
+		return err
+	}
+	if err := d.own("frobenius normalize", out, x); err != nil {
+		return err
+	}
+	if batch == 0 || per == 0 {
+		return nil
+	}
+	acc, err := d.sumSquares(x, int64(batch), int64(per))
+	if err != nil {
+		return err
+	}
+	defer d.alloc.put(acc)
+	n := int64(batch) * int64(per)
+	return d.launch(ew, "frob_scale", grid1(n), threads256, 0,
+		newArgs().p(ptr(out)).i(dt(out)).p(ptr(x)).i(dt(x)).p(acc.ptr).l(int64(per)).l(n).f(eps))
+}
+
+// MuonApply updates p = p (1 - lr wd) - lr scale o.
+func (d *Device) MuonApply(p, o *engine.Tensor, lr, wd, scale float32) error {
+	n, err := engine.CheckMuonApply(p, o)
+	if err != nil {
+		return err
+	}
+	if err := d.own("muon apply", p, o); err != nil {
+		return err
+	}
+	return d.launch(ew, "muon_apply", grid1(int64(n)), threads256, 0,
+		newArgs().p(ptr(p)).i(dt(p)).p(ptr(o)).i(dt(o)).l(int64(n)).f(lr).f(wd).f(scale))
+}
+
+// CorrectionRatio writes the mean over rows of ||vbar - o|| / ||vbar||.
+func (d *Device) CorrectionRatio(out, o, vbar *engine.Tensor) error {
+	rows, dim, err := engine.CheckCorrectionRatio(out, o, vbar)
+	if err != nil {
+		return err
+	}
+	if err := d.own("correction ratio", out, o, vbar); err != nil {
+		return err
+	}
+	acc, err := d.scratch(8)
+	if err != nil {
+		return err
+	}
+	defer d.alloc.put(acc)
+	if err := d.zero(acc.ptr, 8); err != nil {
+		return err
+	}
+	if rows > 0 {
+		if err := d.launch(ew, "cor_rows", [3]int{max(1, min((rows+7)/8, 4096)), 1, 1}, threads256, 0,
+			newArgs().p(acc.ptr).p(ptr(o)).i(dt(o)).p(ptr(vbar)).i(dt(vbar)).l(int64(rows)).i(dim)); err != nil {
+			return err
+		}
+	}
+	return d.launch(ew, "cor_final", [3]int{1, 1, 1}, [3]int{32, 1, 1}, 0, newArgs().p(ptr(out)).p(acc.ptr).l(int64(rows)))
+}

@@ -1,0 +1,171 @@
+// Shared helpers of the kernels: dtype codes and conversions (no CUDA
+// headers: NVRTC compiles these with its built-ins only), reductions, the
+// device error word, and the tensor-core primitives (mma.sync, ldmatrix,
+// cp.async) used by the attention kernels.
+#pragma once
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef long long i64;
+typedef unsigned long long u64;
+
+// dtype codes, as engine/cuda passes them.
+#define DT_F32 0
+#define DT_BF16 1
+#define DT_F16 2
+#define DT_I32 3
+
+#define NEG_INF (__int_as_float(0xff800000))
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+__device__ __forceinline__ float bf2f(u16 h) { return __uint_as_float(((u32)h) << 16); }
+
+// f2bf rounds to the nearest bfloat16, ties to even, keeping NaN a NaN.
+__device__ __forceinline__ u16 f2bf(float f) {
+	u32 b = __float_as_uint(f);
+	if ((b & 0x7fffffffu) > 0x7f800000u) return (u16)((b >> 16) | 0x40u);
+	b += 0x7fffu + ((b >> 16) & 1u);
+	return (u16)(b >> 16);
+}
+
+__device__ __forceinline__ float h2f(u16 h) {
+	float f;
+	asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+	return f;
+}
+
+__device__ __forceinline__ u16 f2h(float f) {
+	u16 h;
+	asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+	return h;
+}
+
+// ldf loads element i of a tensor of dtype dt as float.
+__device__ __forceinline__ float ldf(const void *p, int dt, i64 i) {
+	switch (dt) {
+	case DT_F32: return ((const float *)p)[i];
+	case DT_BF16: return bf2f(((const u16 *)p)[i]);
+	case DT_F16: return h2f(((const u16 *)p)[i]);
+	default: return (float)((const int *)p)[i];
+	}
+}
+
+// stf stores v (rounded to nearest even; truncated toward zero for I32).
+__device__ __forceinline__ void stf(void *p, int dt, i64 i, float v) {
+	switch (dt) {
+	case DT_F32: ((float *)p)[i] = v; break;
+	case DT_BF16: ((u16 *)p)[i] = f2bf(v); break;
+	case DT_F16: ((u16 *)p)[i] = f2h(v); break;
+	default: ((int *)p)[i] = (int)v; break;
+	}
+}
+
+// Device error word: [code, a, b, c], the first error wins. Codes:
+// 1 embedding id out of range (id, position, V); 2 decode lens out of range
+// (b, lens[b], Cap); 3 singular LLA row (row, position, D); 4 cross entropy
+// target out of range (target, row, V).
+__device__ __forceinline__ void raise_error(int *err, int code, int a, int b, int c) {
+	if (atomicCAS(err, 0, code) == 0) {
+		err[1] = a;
+		err[2] = b;
+		err[3] = c;
+	}
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+__device__ __forceinline__ double warp_sumd(double v) {
+	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+	for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+// block_sumd sums v over the block (blockDim.x a multiple of 32, at most
+// 1024); every thread gets the result. sh must hold 33 doubles.
+__device__ __forceinline__ double block_sumd(double v, double *sh) {
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = warp_sumd(v);
+	__syncthreads();
+	if (lane == 0) sh[w] = v;
+	__syncthreads();
+	if (w == 0) {
+		double x = lane < nw ? sh[lane] : 0.0;
+		x = warp_sumd(x);
+		if (lane == 0) sh[32] = x;
+	}
+	__syncthreads();
+	return sh[32];
+}
+
+__device__ __forceinline__ float block_maxf(float v, float *sh) {
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = warp_max(v);
+	__syncthreads();
+	if (lane == 0) sh[w] = v;
+	__syncthreads();
+	if (w == 0) {
+		float x = lane < nw ? sh[lane] : NEG_INF;
+		x = warp_max(x);
+		if (lane == 0) sh[32] = x;
+	}
+	__syncthreads();
+	return sh[32];
+}
+
+// ---- tensor-core primitives (sm_80+) ----
+
+__device__ __forceinline__ u32 smem_addr(const void *p) {
+	u32 a;
+	asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+	return a;
+}
+
+// pack2 packs two floats as bf16 (lo in the low half).
+__device__ __forceinline__ u32 pack2(float lo, float hi) {
+	u32 r;
+	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+	return r;
+}
+
+// mma16816 is D = A B + D for a 16x16 bf16 A (row), 16x8 bf16 B (col) and a
+// 16x8 f32 accumulator.
+__device__ __forceinline__ void mma16816(float *c, const u32 *a, const u32 *b) {
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void ldsm4(u32 *r, const void *p) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldsm4t(u32 *r, const void *p) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(smem_addr(p)));
+}
+
+// cp_async16 copies 16 bytes global -> shared, reading src_bytes of them
+// (0 or 16) and zero-filling the rest.
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+// ld_cg loads through L2 only (data other blocks wrote, ordered by a
+// fence and an atomic). Volatile keeps it after the fence; a batch of them
+// issued before their uses is still in flight together.
+__device__ __forceinline__ float ld_cg(const float *p) {
+	float v;
+	asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+	return v;
+}

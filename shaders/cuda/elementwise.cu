@@ -1,0 +1,323 @@
+// The non-attention ops: elementwise formulas, copies and casts, embedding,
+// RMSNorm, RoPE, cross entropy, reductions and optimizer updates. Every
+// tensor arrives as an untyped pointer and a dtype code; the per-element
+// switch in ldf/stf is uniform across a warp and these kernels are bound by
+// memory, so one kernel serves every dtype combination. Sums that need it
+// accumulate in double.
+#include "common.cuh"
+
+#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+
+extern "C" __global__ void fill(void *t, int dt, i64 n, float v) {
+	GRID_STRIDE(i, n) stf(t, dt, i, v);
+}
+
+extern "C" __global__ void add_scaled(void *out, int dto, const void *a, int dta, const void *b, int dtb, i64 n,
+                                      float alpha, float beta) {
+	GRID_STRIDE(i, n) stf(out, dto, i, alpha * ldf(a, dta, i) + beta * ldf(b, dtb, i));
+}
+
+extern "C" __global__ void cast(void *dst, int dtd, const void *src, int dts, i64 n) {
+	GRID_STRIDE(i, n) {
+		if (dts == DT_I32 && dtd == DT_I32) ((int *)dst)[i] = ((const int *)src)[i];
+		else stf(dst, dtd, i, ldf(src, dts, i));
+	}
+}
+
+// swap12: dst[a, c, b, d] = src[a, b, c, d], elements of esize bytes.
+extern "C" __global__ void swap12(void *dst, const void *src, int esize, int A, int B, int C, int D) {
+	i64 n = (i64)A * B * C * D;
+	GRID_STRIDE(i, n) {
+		int d = (int)(i % D);
+		i64 r = i / D;
+		int c = (int)(r % C);
+		r /= C;
+		int b = (int)(r % B);
+		int a = (int)(r / B);
+		i64 o = (((i64)a * C + c) * B + b) * D + d;
+		if (esize == 2) ((u16 *)dst)[o] = ((const u16 *)src)[i];
+		else ((u32 *)dst)[o] = ((const u32 *)src)[i];
+	}
+}
+
+// kv_append writes x [B, H, n, D] into cache [B, H, Cap, D] at start.
+extern "C" __global__ void kv_append(void *cache, int dtc, const void *x, int dtx, int B, int H, int n, int Cap,
+                                     int D, int start) {
+	i64 total = (i64)B * H * n * D;
+	GRID_STRIDE(i, total) {
+		int d = (int)(i % D);
+		i64 r = i / D;
+		int p = (int)(r % n);
+		i64 bh = r / n;
+		i64 o = (bh * Cap + start + p) * D + d;
+		if (dtc == DT_I32) ((int *)cache)[o] = ((const int *)x)[i];
+		else stf(cache, dtc, o, ldf(x, dtx, i));
+	}
+}
+
+__device__ __forceinline__ float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
+
+extern "C" __global__ void swiglu(void *out, int dto, const void *g, int dtg, const void *u, int dtu, i64 n) {
+	GRID_STRIDE(i, n) {
+		float z = ldf(g, dtg, i);
+		stf(out, dto, i, z * sigmoidf(z) * ldf(u, dtu, i));
+	}
+}
+
+extern "C" __global__ void swiglu_bwd(void *dg, int dtdg, void *du, int dtdu, const void *dout, int dtdo,
+                                      const void *g, int dtg, const void *u, int dtu, i64 n) {
+	GRID_STRIDE(i, n) {
+		float z = ldf(g, dtg, i), up = ldf(u, dtu, i), dy = ldf(dout, dtdo, i);
+		float s = sigmoidf(z);
+		stf(dg, dtdg, i, dy * up * s * (1.0f + z * (1.0f - s)));
+		stf(du, dtdu, i, dy * z * s);
+	}
+}
+
+// adamw: decoupled decay, moments, bias-corrected step (step = lr/(1-b1^t),
+// bc2 = sqrt(1-b2^t)), in double.
+extern "C" __global__ void adamw(void *p, int dtp, const void *g, int dtg, float *m, float *v, i64 n, double decay,
+                                 double step, double bc2, double b1, double b2, double eps) {
+	GRID_STRIDE(i, n) {
+		double x = ldf(g, dtg, i);
+		double mi = b1 * (double)m[i] + (1 - b1) * x;
+		double vi = b2 * (double)v[i] + (1 - b2) * x * x;
+		m[i] = (float)mi;
+		v[i] = (float)vi;
+		double pi = (double)ldf(p, dtp, i);
+		stf(p, dtp, i, (float)(pi * decay - step * mi / (sqrt(vi) / bc2 + eps)));
+	}
+}
+
+extern "C" __global__ void muon_momentum(void *u, int dtu, float *m, const void *g, int dtg, i64 n, float beta,
+                                         int nesterov) {
+	GRID_STRIDE(i, n) {
+		double x = ldf(g, dtg, i);
+		double mi = (double)beta * m[i] + (1.0 - (double)beta) * x;
+		m[i] = (float)mi;
+		stf(u, dtu, i, (float)(nesterov ? (1.0 - (double)beta) * x + (double)beta * mi : mi));
+	}
+}
+
+extern "C" __global__ void muon_apply(void *p, int dtp, const void *o, int dto, i64 n, float lr, float wd, float scale) {
+	GRID_STRIDE(i, n) {
+		double pi = ldf(p, dtp, i), oi = ldf(o, dto, i);
+		stf(p, dtp, i, (float)(pi * (1.0 - (double)lr * wd) - (double)lr * scale * oi));
+	}
+}
+
+extern "C" __global__ void embedding(void *out, int dto, const void *table, int dtt, const int *ids, i64 n, int d, int V,
+                                     int *err) {
+	GRID_STRIDE(e, n * d) {
+		i64 r = e / d;
+		int c = (int)(e % d);
+		int id = ids[r];
+		if (id < 0 || id >= V) {
+			if (c == 0) raise_error(err, 1, id, (int)r, V);
+			stf(out, dto, e, 0.0f);
+			continue;
+		}
+		stf(out, dto, e, ldf(table, dtt, (i64)id * d + c));
+	}
+}
+
+// embedding_bwd adds dOut rows into an f32 accumulator table.
+extern "C" __global__ void embedding_bwd(float *acc, const int *ids, const void *dout, int dtdo, i64 n, int d, int V,
+                                         int *err) {
+	GRID_STRIDE(e, n * d) {
+		i64 r = e / d;
+		int c = (int)(e % d);
+		int id = ids[r];
+		if (id < 0 || id >= V) {
+			if (c == 0) raise_error(err, 1, id, (int)r, V);
+			continue;
+		}
+		atomicAdd(&acc[(i64)id * d + c], ldf(dout, dtdo, e));
+	}
+}
+
+// rmsnorm: one block per row.
+extern "C" __global__ void rmsnorm(void *out, int dto, float *rstd, const void *x, int dtx, const void *w, int dtw,
+                                   i64 rows, int N, float eps) {
+	__shared__ double sh[33];
+	for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+		double ss = 0;
+		for (int c = threadIdx.x; c < N; c += blockDim.x) {
+			double v = ldf(x, dtx, r * N + c);
+			ss += v * v;
+		}
+		ss = block_sumd(ss, sh);
+		float s = (float)(1.0 / sqrt(ss / N + (double)eps));
+		if (rstd && threadIdx.x == 0) rstd[r] = s;
+		for (int c = threadIdx.x; c < N; c += blockDim.x)
+			stf(out, dto, r * N + c, ldf(x, dtx, r * N + c) * s * ldf(w, dtw, c));
+	}
+}
+
+// rmsnorm_bwd: dX = rstd (gy - xhat mean(gy xhat)), gy = dOut w, one block
+// per row.
+extern "C" __global__ void rmsnorm_bwd(void *dx, int dtdx, const void *dout, int dtdo, const void *x, int dtx,
+                                       const void *w, int dtw, const float *rstd, i64 rows, int N) {
+	__shared__ double sh[33];
+	for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+		float s = rstd[r];
+		double dot = 0;
+		for (int c = threadIdx.x; c < N; c += blockDim.x) {
+			double gy = (double)ldf(dout, dtdo, r * N + c) * ldf(w, dtw, c);
+			dot += gy * ((double)ldf(x, dtx, r * N + c) * s);
+		}
+		dot = block_sumd(dot, sh) / N;
+		for (int c = threadIdx.x; c < N; c += blockDim.x) {
+			double gy = (double)ldf(dout, dtdo, r * N + c) * ldf(w, dtw, c);
+			double xh = (double)ldf(x, dtx, r * N + c) * s;
+			stf(dx, dtdx, r * N + c, (float)(s * (gy - xh * dot)));
+		}
+	}
+}
+
+// rmsnorm_dw adds sum over rows of dOut xhat into acc [N]: blocks of 32
+// columns x 8 row lanes, rows split over gridDim.y.
+extern "C" __global__ void rmsnorm_dw(float *acc, const void *dout, int dtdo, const void *x, int dtx, const float *rstd,
+                                      i64 rows, int N) {
+	__shared__ float sh[8][33];
+	int c = blockIdx.x * 32 + threadIdx.x;
+	float s = 0;
+	if (c < N)
+		for (i64 r = (i64)blockIdx.y * 8 + threadIdx.y; r < rows; r += (i64)gridDim.y * 8)
+			s += ldf(dout, dtdo, r * N + c) * ldf(x, dtx, r * N + c) * rstd[r];
+	sh[threadIdx.y][threadIdx.x] = s;
+	__syncthreads();
+	if (threadIdx.y == 0 && c < N) {
+		for (int y = 1; y < 8; y++) s += sh[y][threadIdx.x];
+		atomicAdd(&acc[c], s);
+	}
+}
+
+// add_f32: dst += acc.
+extern "C" __global__ void add_f32(void *dst, int dtd, const float *acc, i64 n) {
+	GRID_STRIDE(i, n) stf(dst, dtd, i, ldf(dst, dtd, i) + acc[i]);
+}
+
+// rope rotates (x_i, x_{i+D/2}) of each row by pos[l] theta^(-2i/D) (the
+// inverse rotation for the backward); one thread per pair, so out may
+// alias x.
+extern "C" __global__ void rope(void *out, int dto, const void *x, int dtx, const int *pos, int B, int H, int L, int D,
+                                float theta, int inverse) {
+	int half = D / 2;
+	i64 n = (i64)B * H * L * half;
+	GRID_STRIDE(e, n) {
+		int i = (int)(e % half);
+		i64 row = e / half;
+		int l = (int)(row % L);
+		double ang = (double)pos[l] * pow((double)theta, -2.0 * i / D);
+		double sn, cs;
+		sincos(ang, &sn, &cs);
+		float c = (float)cs, s = (float)(inverse ? -sn : sn);
+		i64 base = row * D;
+		float a = ldf(x, dtx, base + i), b = ldf(x, dtx, base + i + half);
+		stf(out, dto, base + i, a * c - b * s);
+		stf(out, dto, base + i + half, b * c + a * s);
+	}
+}
+
+// cross_entropy: one block per row; loss = logsumexp - x_t, dLogits =
+// scale (softmax - onehot) (may alias logits: each element is read before
+// the same thread writes it).
+extern "C" __global__ void cross_entropy(float *loss, void *dl, int dtdl, const void *logits, int dtl,
+                                         const int *targets, int N, int V, int ignore, float scale, int *err) {
+	__shared__ double sh[33];
+	__shared__ float shf[33];
+	for (int r = blockIdx.x; r < N; r += gridDim.x) {
+		int t = targets[r];
+		i64 base = (i64)r * V;
+		bool bad = t != ignore && (t < 0 || t >= V);
+		if (t == ignore || bad) {
+			if (bad && threadIdx.x == 0) raise_error(err, 4, t, r, V);
+			if (threadIdx.x == 0) loss[r] = 0;
+			if (dl)
+				for (int c = threadIdx.x; c < V; c += blockDim.x) stf(dl, dtdl, base + c, 0.0f);
+			continue;
+		}
+		float m = NEG_INF;
+		for (int c = threadIdx.x; c < V; c += blockDim.x) m = fmaxf(m, ldf(logits, dtl, base + c));
+		m = block_maxf(m, shf);
+		double s = 0;
+		for (int c = threadIdx.x; c < V; c += blockDim.x) s += exp((double)(ldf(logits, dtl, base + c) - m));
+		s = block_sumd(s, sh);
+		double lse = (double)m + log(s);
+		if (threadIdx.x == 0) loss[r] = (float)(lse - (double)ldf(logits, dtl, base + t));
+		__syncthreads(); // every thread has read x_t before any write
+		if (dl)
+			for (int c = threadIdx.x; c < V; c += blockDim.x) {
+				double p = exp((double)ldf(logits, dtl, base + c) - lse);
+				stf(dl, dtdl, base + c, (float)(scale * (p - (c == t ? 1.0 : 0.0))));
+			}
+	}
+}
+
+// sumsq adds sum x^2 of each matrix b (per elements, blockIdx.y = b) into
+// acc[b].
+extern "C" __global__ void sumsq(double *acc, const void *x, int dt, i64 per) {
+	__shared__ double sh[33];
+	i64 base = (i64)blockIdx.y * per;
+	double s = 0;
+	GRID_STRIDE(i, per) {
+		double v = ldf(x, dt, base + i);
+		s += v * v;
+	}
+	s = block_sumd(s, sh);
+	if (threadIdx.x == 0) atomicAdd(&acc[blockIdx.y], s);
+}
+
+extern "C" __global__ void sumsq_final(float *out, const double *acc, int accumulate) {
+	if (threadIdx.x == 0 && blockIdx.x == 0) out[0] = (float)((accumulate ? (double)out[0] : 0.0) + acc[0]);
+}
+
+// frob_scale: out = x / (sqrt(ss[b]) + eps), b = i / per.
+extern "C" __global__ void frob_scale(void *out, int dto, const void *x, int dtx, const double *ss, i64 per, i64 n,
+                                      float eps) {
+	GRID_STRIDE(i, n) {
+		double inv = 1.0 / (sqrt(ss[i / per]) + (double)eps);
+		stf(out, dto, i, (float)((double)ldf(x, dtx, i) * inv));
+	}
+}
+
+// cor_rows adds, per block, the sum over its rows of ||vbar - o|| /
+// ||vbar|| (0 where vbar = 0) into acc; one warp per row.
+extern "C" __global__ void cor_rows(double *acc, const void *o, int dto, const void *vbar, int dtv, i64 rows, int D) {
+	__shared__ double sh[33];
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	double tot = 0;
+	for (i64 r = (i64)blockIdx.x * nw + w; r < rows; r += (i64)gridDim.x * nw) {
+		double num = 0, den = 0;
+		for (int c = lane; c < D; c += 32) {
+			double v = ldf(vbar, dtv, r * D + c), e = v - (double)ldf(o, dto, r * D + c);
+			num += e * e;
+			den += v * v;
+		}
+		num = warp_sumd(num);
+		den = warp_sumd(den);
+		if (lane == 0 && den > 0) tot += sqrt(num / den);
+	}
+	tot = block_sumd(tot, sh);
+	if (threadIdx.x == 0) atomicAdd(acc, tot);
+}
+
+extern "C" __global__ void cor_final(float *out, const double *acc, i64 rows) {
+	if (threadIdx.x == 0 && blockIdx.x == 0) out[0] = rows > 0 ? (float)(acc[0] / (double)rows) : 0.0f;
+}
+
+// rand_fill writes uniform values in [-scale, scale) from a counter hash
+// (benchmarks and tests fill large tensors on the device).
+extern "C" __global__ void rand_fill(void *t, int dt, i64 n, unsigned seed, float scale) {
+	GRID_STRIDE(i, n) {
+		u64 x = (u64)i * 0x9E3779B97F4A7C15ull + ((u64)seed << 32 | seed);
+		x ^= x >> 31;
+		x *= 0xBF58476D1CE4E5B9ull;
+		x ^= x >> 29;
+		x *= 0x94D049BB133111EBull;
+		x ^= x >> 32;
+		float u = (float)(x & 0xffffff) * (1.0f / 16777216.0f);
+		stf(t, dt, i, (2.0f * u - 1.0f) * scale);
+	}
+}

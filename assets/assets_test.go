@@ -1,6 +1,7 @@
 package assets
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,5 +126,18 @@ func TestCorpusFresh(t *testing.T) {
 		if string(want) != d.Text {
 			t.Errorf("%s: embedded text differs from %s: run go generate ./assets", d.Name, src)
 		}
+	}
+}
+
+func TestGPT2Tokenizer(t *testing.T) {
+	vocab, merges, err := GPT2Tokenizer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(vocab, []byte(`"<|endoftext|>": 50256`)) {
+		t.Error("encoder.json lacks <|endoftext|> = 50256")
+	}
+	if n := bytes.Count(merges, []byte("\n")); n < 50000 {
+		t.Errorf("vocab.bpe has %d lines, want >= 50000", n)
 	}
 }

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,7 +41,7 @@ type Config struct {
 	// Vocab is the size of the BPE vocabulary trained on the corpus; 0 uses
 	// the model config's vocabulary size. Ignored with Tokenizer.
 	Vocab     int    `json:"vocab"`
-	Tokenizer string `json:"tokenizer"` // an existing tokenizer.json to use instead of training one
+	Tokenizer string `json:"tokenizer"` // an existing tokenizer.json to use instead of training one, or "gpt2" for the embedded GPT-2 tokenizer
 	// Data is the training text: "" for the embedded Austen corpus, a text
 	// file, a directory of *.txt documents (the last one held out for
 	// validation) or a dataset directory written by data.Build.
@@ -362,7 +363,23 @@ func (r *runner) setupTokenizer() error {
 		r.tok = t
 		return nil
 	}
-	if r.cfg.Tokenizer != "" {
+	if r.cfg.Tokenizer == "" && r.cfg.Vocab == 0 {
+		// A model sized for GPT-2's vocabulary gets GPT-2's tokenizer: a
+		// 50257-token BPE cannot be learned from the embedded corpus.
+		if mc, err := r.modelConfig(); err == nil && mc.Vocab == GPT2Vocab {
+			r.cfg.Tokenizer = "gpt2"
+		}
+	}
+	if r.cfg.Tokenizer == "gpt2" {
+		vocab, merges, err := assets.GPT2Tokenizer()
+		if err == nil {
+			r.tok, err = tokenizer.ReadGPT2(bytes.NewReader(vocab), "encoder.json", bytes.NewReader(merges), "vocab.bpe")
+		}
+		if err != nil {
+			return fmt.Errorf("train: gpt2 tokenizer: %w", err)
+		}
+		r.logf("using GPT-2's tokenizer (%d tokens)", r.tok.VocabSize())
+	} else if r.cfg.Tokenizer != "" {
 		t, err := tokenizer.LoadHF(r.cfg.Tokenizer)
 		if err != nil {
 			return fmt.Errorf("train: --tokenizer: %w", err)
@@ -896,3 +913,7 @@ func (r *runner) loop(ctx context.Context) (Result, error) {
 	}
 	return res, nil
 }
+
+// GPT2Vocab is the size of GPT-2's vocabulary; a model of this vocabulary
+// trains with the embedded GPT-2 tokenizer unless told otherwise.
+const GPT2Vocab = 50257

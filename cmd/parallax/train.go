@@ -81,7 +81,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	minRatio := fs.Float64("min-lr-ratio", 0.1, "final learning rate as a fraction of the peak")
 	fs.Float64Var(&cfg.ClipNorm, "clip", d.ClipNorm, "clip the global gradient norm at this value (0: off)")
 	fs.IntVar(&cfg.Vocab, "vocab", 0, "BPE vocabulary size to train (default: the config's, 4096 for tiny)")
-	fs.StringVar(&cfg.Tokenizer, "tokenizer", "", "use this tokenizer.json instead of training one")
+	fs.StringVar(&cfg.Tokenizer, "tokenizer", "", `use this tokenizer.json instead of training one, or "gpt2" for GPT-2's (the default for a 50257-token model)`)
 	fs.StringVar(&cfg.Out, "out", "run", "output directory")
 	fs.BoolVar(&cfg.Resume, "resume", false, "continue the checkpoint in --out")
 	fs.IntVar(&cfg.EvalEvery, "eval-every", d.EvalEvery, "evaluate every N steps and at the end (-1: never)")

@@ -38,7 +38,13 @@ type TrainState struct {
 // metadata carries a CRC-32C of the state tensors and of the model weights
 // file the state belongs to (modelCRC), so a corrupt file or a model/state
 // pair from two different saves is refused on load.
+//
+// A data-parallel optimizer's state is spread over the ranks: its
+// checkpoint is written by Run, which gathers it on rank 0 first.
 func SaveState(path string, o *Optimizer, st TrainState, modelCRC uint32) error {
+	if o.par != nil && o.par.comm.Size() > 1 {
+		return fmt.Errorf("save training state: the optimizer's state is spread over %d ranks; gather it first", o.par.comm.Size())
+	}
 	state := o.State()
 	names := make([]string, 0, len(state))
 	for n := range state {
@@ -46,15 +52,23 @@ func SaveState(path string, o *Optimizer, st TrainState, modelCRC uint32) error 
 	}
 	sort.Strings(names)
 	tensors := make([]safetensors.Tensor, 0, len(names))
-	crc := crc32.New(castagnoli)
 	for _, n := range names {
 		t := state[n]
 		b := make([]byte, t.Bytes())
 		if err := t.Device().Read(t, b); err != nil {
 			return fmt.Errorf("save training state: read %s: %w", n, err)
 		}
-		crc.Write(b)
 		tensors = append(tensors, safetensors.Tensor{Name: n, DType: "F32", Shape: t.Shape(), Data: b})
+	}
+	return writeState(path, tensors, o, st, modelCRC)
+}
+
+// writeState writes the state tensors (sorted by name, every one the
+// optimizer has: a data-parallel run gathers them first) and the metadata.
+func writeState(path string, tensors []safetensors.Tensor, o *Optimizer, st TrainState, modelCRC uint32) error {
+	crc := crc32.New(castagnoli)
+	for _, t := range tensors {
+		crc.Write(t.Data)
 	}
 	sj, err := json.Marshal(st)
 	if err != nil {
@@ -111,7 +125,9 @@ func stateMeta(path string, meta map[string]string) (TrainState, uint32, error) 
 
 // LoadState restores the optimizer's tensors and step count from path and
 // returns the TrainState. Every state tensor the optimizer has must be
-// present with its shape, and the checksum must match.
+// present with its shape, and the checksum must match. A data-parallel
+// optimizer loads the tensors its rank holds from the same consolidated
+// file, whatever the number of ranks that wrote it.
 func LoadState(path string, o *Optimizer) (TrainState, uint32, error) {
 	f, err := safetensors.Open(path)
 	if err != nil {
@@ -132,8 +148,9 @@ func LoadState(path string, o *Optimizer) (TrainState, uint32, error) {
 		return st, 0, fmt.Errorf("load training state %s: saved by optimizer %q, this run uses %q", path, saved.Name, o.Config().Name)
 	}
 	state := o.State()
-	names := make([]string, 0, len(state))
-	for n := range state {
+	shapes := o.stateShapes()
+	names := make([]string, 0, len(shapes))
+	for n := range shapes {
 		names = append(names, n)
 	}
 	sort.Strings(names)
@@ -142,21 +159,22 @@ func LoadState(path string, o *Optimizer) (TrainState, uint32, error) {
 	}
 	crc := crc32.New(castagnoli)
 	for _, n := range names {
-		t := state[n]
 		info, ok := f.Info(n)
 		if !ok {
 			return st, 0, fmt.Errorf("load training state %s: no tensor %q (a different model or optimizer?)", path, n)
 		}
-		if info.DType != "F32" || !engine.Shape(info.Shape).Equal(t.Shape()) {
-			return st, 0, fmt.Errorf("load training state %s: %s is %s%v, want F32%v", path, n, info.DType, engine.Shape(info.Shape), t.Shape())
+		if info.DType != "F32" || !engine.Shape(info.Shape).Equal(shapes[n]) {
+			return st, 0, fmt.Errorf("load training state %s: %s is %s%v, want F32%v", path, n, info.DType, engine.Shape(info.Shape), shapes[n])
 		}
 		b, err := f.Raw(n)
 		if err != nil {
 			return st, 0, fmt.Errorf("load training state %s: %w", path, err)
 		}
 		crc.Write(b)
-		if err := t.Device().Write(t, b); err != nil {
-			return st, 0, fmt.Errorf("load training state %s: %s: %w", path, n, err)
+		if t, ok := state[n]; ok {
+			if err := t.Device().Write(t, b); err != nil {
+				return st, 0, fmt.Errorf("load training state %s: %s: %w", path, n, err)
+			}
 		}
 	}
 	if uint64(crc.Sum32()) != want {

@@ -102,6 +102,9 @@ func truncateMetrics(path string, after int) error {
 
 // Write appends one record and flushes it.
 func (l *MetricsLog) Write(r Record) error {
+	if l == nil { // a data-parallel rank other than 0 writes no metrics
+		return nil
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)

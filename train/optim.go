@@ -143,8 +143,11 @@ type Optimizer struct {
 	step   int // updates applied so far
 
 	scratch map[string][2]*engine.Tensor // Muon's u and o per matrix shape
+
+	par *optParallel // data-parallel sharding (parallel.go); nil in one process
 }
 
+// A state whose tensors are nil belongs to another rank (parallel.go).
 type adamState struct {
 	p    *model.Param
 	m, v *engine.Tensor
@@ -160,12 +163,21 @@ type muonState struct {
 // NewOptimizer allocates the optimizer state for params on dev. Parameter
 // names must be unique.
 func NewOptimizer(dev engine.Device, params []*model.Param, cfg OptimConfig) (*Optimizer, error) {
+	return newOptimizer(dev, params, cfg, nil)
+}
+
+// newOptimizer allocates the state this rank holds (all of it without par).
+func newOptimizer(dev engine.Device, params []*model.Param, cfg OptimConfig, par *optParallel) (*Optimizer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.resolved()
-	o := &Optimizer{cfg: cfg, dev: dev, params: params, scratch: map[string][2]*engine.Tensor{}}
+	o := &Optimizer{cfg: cfg, dev: dev, params: params, scratch: map[string][2]*engine.Tensor{}, par: par}
+	if par != nil {
+		par.assign(params, cfg)
+	}
 	seen := map[string]bool{}
+	var err error
 	for _, p := range params {
 		if p.W == nil || p.G == nil {
 			return nil, fmt.Errorf("optimizer: parameter %q has no weight or gradient tensor", p.Name)
@@ -181,21 +193,24 @@ func NewOptimizer(dev engine.Device, params []*model.Param, cfg OptimConfig) (*O
 			if p.W.Rank() != 2 {
 				return nil, fmt.Errorf("optimizer: Muon parameter %q is %v, want a matrix", p.Name, p.W)
 			}
-			m, err := dev.Alloc(engine.F32, p.W.Shape()...)
-			if err != nil {
-				return nil, fmt.Errorf("optimizer: momentum of %q: %w", p.Name, err)
+			var m *engine.Tensor
+			if o.holds(p) {
+				if m, err = dev.Alloc(engine.F32, p.W.Shape()...); err != nil {
+					return nil, fmt.Errorf("optimizer: momentum of %q: %w", p.Name, err)
+				}
 			}
 			o.muon = append(o.muon, &muonState{p: p, m: m,
 				scale: MuonScale(cfg.Muon.Scaling, p.W.Dim(0), p.W.Dim(1))})
 			continue
 		}
-		m, err := dev.Alloc(engine.F32, p.W.Shape()...)
-		if err != nil {
-			return nil, fmt.Errorf("optimizer: first moment of %q: %w", p.Name, err)
-		}
-		v, err := dev.Alloc(engine.F32, p.W.Shape()...)
-		if err != nil {
-			return nil, fmt.Errorf("optimizer: second moment of %q: %w", p.Name, err)
+		var m, v *engine.Tensor
+		if o.holds(p) {
+			if m, err = dev.Alloc(engine.F32, p.W.Shape()...); err != nil {
+				return nil, fmt.Errorf("optimizer: first moment of %q: %w", p.Name, err)
+			}
+			if v, err = dev.Alloc(engine.F32, p.W.Shape()...); err != nil {
+				return nil, fmt.Errorf("optimizer: second moment of %q: %w", p.Name, err)
+			}
 		}
 		wd := cfg.AdamW.GainWeightDecay
 		switch p.Kind {
@@ -242,6 +257,9 @@ func (o *Optimizer) Step(lrFactor float64) error {
 	o.step++
 	a := o.cfg.AdamW
 	for _, s := range o.adam {
+		if s.m == nil {
+			continue // another rank's
+		}
 		err := o.dev.AdamW(s.p.W, s.p.G, s.m, s.v, engine.AdamWOpts{
 			LR: float32(a.LR * lrFactor), Beta1: float32(a.Beta1), Beta2: float32(a.Beta2),
 			Eps: float32(a.Eps), WeightDecay: float32(s.wd), Step: o.step,
@@ -253,6 +271,9 @@ func (o *Optimizer) Step(lrFactor float64) error {
 	mc := o.cfg.Muon
 	lr := float32(mc.LR * lrFactor)
 	for _, s := range o.muon {
+		if s.m == nil {
+			continue // another rank's
+		}
 		u, out, err := o.muonScratch(s.p.W.Shape())
 		if err != nil {
 			return fmt.Errorf("muon %s: %w", s.p.Name, err)
@@ -267,7 +288,7 @@ func (o *Optimizer) Step(lrFactor float64) error {
 			return fmt.Errorf("muon %s: %w", s.p.Name, err)
 		}
 	}
-	return nil
+	return o.syncParams()
 }
 
 // muonScratch returns two F32 buffers of the given shape, shared by every
@@ -291,14 +312,19 @@ func (o *Optimizer) muonScratch(shape engine.Shape) (u, out *engine.Tensor, err 
 // State lists the optimizer's state tensors by checkpoint name:
 // "<param>.exp_avg" and "<param>.exp_avg_sq" for AdamW, "<param>.momentum"
 // for Muon (the names PyTorch's optimizers use for the same quantities).
+// A data-parallel optimizer lists the tensors this rank holds.
 func (o *Optimizer) State() map[string]*engine.Tensor {
 	out := map[string]*engine.Tensor{}
 	for _, s := range o.adam {
-		out[s.p.Name+".exp_avg"] = s.m
-		out[s.p.Name+".exp_avg_sq"] = s.v
+		if s.m != nil {
+			out[s.p.Name+".exp_avg"] = s.m
+			out[s.p.Name+".exp_avg_sq"] = s.v
+		}
 	}
 	for _, s := range o.muon {
-		out[s.p.Name+".momentum"] = s.m
+		if s.m != nil {
+			out[s.p.Name+".momentum"] = s.m
+		}
 	}
 	return out
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/parallax-engine/parallax/model"
 	"github.com/parallax-engine/parallax/model/tokenizer"
 	"github.com/parallax-engine/parallax/train/data"
+	"github.com/parallax-engine/parallax/train/dist"
 )
 
 // Files a run writes into its output directory, besides the model's
@@ -67,6 +68,16 @@ type Config struct {
 	SkipNonFinite bool    `json:"-"` // skip a step with a NaN/Inf loss or gradient instead of stopping
 	PeakFLOPS     float64 `json:"-"` // device peak FLOP/s for MFU; 0: the device's own figure, if any
 
+	// Data parallel (parallel.go): Group is this rank's membership of a
+	// job of several processes (nil: one process); Batch stays the global
+	// micro-batch. Comm picks the collectives ("auto", "nccl", "tcp"),
+	// ZeRO shards the optimizer state, BucketMB sizes the gradient buckets
+	// (0: 25 MiB). None of these changes the run's definition.
+	Group    *dist.Group `json:"-"`
+	Comm     string      `json:"-"`
+	ZeRO     bool        `json:"-"`
+	BucketMB float64     `json:"-"`
+
 	Stdout io.Writer            `json:"-"` // progress and messages; nil for none
 	OnStep func(rec Record)     `json:"-"` // called after every step (tests, custom loggers)
 	Logf   func(string, ...any) `json:"-"`
@@ -109,7 +120,8 @@ type runner struct {
 	metrics *MetricsLog
 	prog    *Progress
 	acc     *engine.Tensor
-	flops   float64 // per token
+	par     *parallel // nil in one process
+	flops   float64   // per token
 	peak    float64
 	runJSON json.RawMessage
 }
@@ -141,6 +153,9 @@ func (r *runner) logf(format string, a ...any) {
 
 func (r *runner) close() {
 	r.metrics.Close()
+	if r.par != nil {
+		r.par.comm.Close()
+	}
 	if r.m != nil {
 		r.m.Free()
 	}
@@ -254,6 +269,7 @@ func (r *runner) setup(cfg Config) error {
 		saved.EvalEvery, saved.EvalBatches, saved.SaveEvery, saved.LogEvery = cfg.EvalEvery, cfg.EvalBatches, cfg.SaveEvery, cfg.LogEvery
 		saved.SkipNonFinite, saved.PeakFLOPS = cfg.SkipNonFinite, cfg.PeakFLOPS
 		saved.Stdout, saved.OnStep, saved.Logf = cfg.Stdout, cfg.OnStep, cfg.Logf
+		saved.Group, saved.Comm, saved.ZeRO, saved.BucketMB = cfg.Group, cfg.Comm, cfg.ZeRO, cfg.BucketMB
 		if askedSteps > 0 && askedSteps != saved.Steps {
 			if askedSteps <= st.Step {
 				return fmt.Errorf("train: --resume: the checkpoint is at step %d already; ask for more --steps than that", st.Step)
@@ -278,10 +294,10 @@ func (r *runner) setup(cfg Config) error {
 		return fmt.Errorf("train: %w", err)
 	}
 	r.dev = dev
-	if err := r.setupTokenizer(); err != nil {
+	if err := r.setupComm(); err != nil {
 		return err
 	}
-	if err := r.setupData(); err != nil {
+	if err := r.setupInputs(); err != nil {
 		return err
 	}
 	if err := r.setupModel(); err != nil {
@@ -299,6 +315,9 @@ func (r *runner) setup(cfg Config) error {
 	truncate := -1
 	if cfg.Resume {
 		truncate = r.st.Step
+	}
+	if !r.leader() {
+		return nil // rank 0 writes the metrics
 	}
 	if r.metrics, err = OpenMetrics(filepath.Join(cfg.Out, MetricsFile), truncate); err != nil {
 		return fmt.Errorf("train: %w", err)
@@ -573,7 +592,7 @@ func (r *runner) setupModel() error {
 	if err := m.AllocGrads(); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
-	if r.opt, err = NewOptimizer(r.dev, m.Params(), r.cfg.Optim); err != nil {
+	if r.opt, err = r.newOptimizer(); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
 	if r.sampler, err = data.NewSampler(r.ds.Train, r.cfg.Seq, r.cfg.Seed); err != nil {
@@ -609,6 +628,10 @@ func (r *runner) setupModel() error {
 // the model file's checksum) into a staging directory, then renames each
 // file into place, the state last.
 func (r *runner) save() error {
+	gathered, follower, err := r.gatherCheckpoint()
+	if err != nil || follower {
+		return err
+	}
 	stage := filepath.Join(r.cfg.Out, ".checkpoint.tmp")
 	os.RemoveAll(stage)
 	defer os.RemoveAll(stage)
@@ -620,7 +643,7 @@ func (r *runner) save() error {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
 	r.st.Sampler = r.sampler.State()
-	if err := SaveState(filepath.Join(stage, OptimizerFile), r.opt, r.st, crc); err != nil {
+	if err := r.writeOptimizerState(filepath.Join(stage, OptimizerFile), gathered, crc); err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
 	for _, name := range []string{model.WeightsFile, model.ConfigFile, OptimizerFile} {
@@ -683,6 +706,9 @@ type stepOut struct {
 }
 
 func (r *runner) step(buf, in, tgt []int32, wantCOR bool) (stepOut, error) {
+	if r.par != nil {
+		return r.stepParallel(buf, in, tgt, wantCOR)
+	}
 	var out stepOut
 	c := r.cfg
 	T := c.Seq
@@ -769,8 +795,7 @@ func (r *runner) evaluate() (float64, error) {
 	if n := len(wins) / c.Batch * c.Batch; n > 0 {
 		wins = wins[:n]
 	}
-	loss, _, err := EvalLoss(r.m, wins, c.Batch)
-	return loss, err
+	return r.evalLoss(wins)
 }
 
 // evalRecord evaluates and measures the stable ranks.
@@ -780,6 +805,9 @@ func (r *runner) evalRecord() (Record, error) {
 		return Record{}, err
 	}
 	rec := Record{Step: r.st.Step, Eval: true, ValLoss: f(vl), PPL: f(math.Exp(vl))}
+	if !r.leader() {
+		return rec, nil // rank 0 writes the record
+	}
 	ranks, err := StableRanks(r.m)
 	if err != nil {
 		return Record{}, err
@@ -828,7 +856,7 @@ func (r *runner) loop(ctx context.Context) (Result, error) {
 	}
 	lastSaved := r.st.Step
 	for r.st.Step < c.Steps {
-		if ctx.Err() != nil {
+		if r.stopping(ctx) {
 			break
 		}
 		t0 := time.Now()
@@ -907,6 +935,9 @@ func (r *runner) loop(ctx context.Context) (Result, error) {
 			}
 		}
 		r.logf("interrupted after step %d; checkpoint saved in %s (continue with --resume)", r.st.Step, c.Out)
+	}
+	if !r.leader() {
+		return res, nil
 	}
 	if err := r.plot(); err != nil {
 		r.logf("warning: %v", err)

@@ -39,6 +39,13 @@ under Muon.
 Ctrl-C finishes the current step and saves a checkpoint; --resume continues
 it exactly (the run's settings come from the checkpoint; --steps may be
 raised).
+
+Data parallel: --nproc-per-node N starts N ranks on this node, one per GPU
+(cuda:0..N-1); a process started with torchrun-style variables (RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or by srun joins the job
+they describe. --batch is the global batch, split over the ranks, so a run
+means the same at any number of GPUs and resumes at another. See
+docs/DISTRIBUTED.md.
 `
 
 const trainExamples = `
@@ -46,6 +53,7 @@ const trainExamples = `
   parallax train --config small --device cuda:0 --steps 5000 --out runs/small
   parallax train --attention softmax --optimizer adamw --lr 3e-3 --out runs/base
   parallax train --out runs/small --resume
+  parallax train --config small --nproc-per-node 2 --batch 32 --out runs/dp
 `
 
 // runDefining lists the flags that define a run (not allowed with --resume).
@@ -91,6 +99,10 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	fs.Uint64Var(&cfg.Seed, "seed", d.Seed, "seed of the initialisation and the data order")
 	fs.BoolVar(&cfg.SkipNonFinite, "skip-nonfinite", false, "skip steps with a NaN/Inf loss or gradient instead of stopping")
 	peak := fs.Float64("peak-tflops", 0, "device peak TFLOP/s for the MFU figure (default: what the device reports)")
+	nproc := fs.Int("nproc-per-node", 0, "data parallel: start this many ranks on this node, one per GPU")
+	fs.StringVar(&cfg.Comm, "comm", "auto", "data parallel collectives: auto (NCCL on CUDA GPUs, else TCP), nccl or tcp")
+	fs.BoolVar(&cfg.ZeRO, "zero", false, "data parallel: shard the optimizer state over the ranks (ZeRO-1)")
+	fs.Float64Var(&cfg.BucketMB, "bucket-mb", 25, "data parallel: gradient bucket size in MiB")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -151,6 +163,14 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 			return usagef("%s", strings.TrimPrefix(err.Error(), "train: "))
 		}
 	}
+	switch {
+	case cfg.Comm != "auto" && cfg.Comm != "nccl" && cfg.Comm != "tcp":
+		return usagef("--comm %q: want auto, nccl or tcp", cfg.Comm)
+	case *nproc < 0:
+		return usagef("--nproc-per-node %d must be >= 1", *nproc)
+	case *nproc > 1:
+		return launchRanks(fs, cfg.Device, *nproc, stdout, stderr)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -159,10 +179,18 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		stop() // a second Ctrl-C ends the program at once
 	}()
 	cfg.Stdout = stdout
+	leave, leader, err := joinFromEnv(ctx, &cfg, stderr)
+	if err != nil {
+		return err
+	}
 	res, err := train.Run(ctx, cfg)
+	leave(err)
 	if err != nil {
 		// The command already names itself ("parallax train: ...").
 		return errors.New(strings.TrimPrefix(err.Error(), "train: "))
+	}
+	if !leader {
+		return nil
 	}
 	if res.Interrupted {
 		fmt.Fprintf(stdout, "stopped at step %d; continue with: parallax train --out %s --resume\n", res.Step, res.Out)

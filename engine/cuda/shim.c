@@ -449,3 +449,7 @@ int pxcu_lt_matmul(CUcontext ctx, void *handle, const pxcu_gemm *g, const void *
 	lt_free(&o);
 	return r;
 }
+
+// ---- for the other shims of this package (nccl_shim.c) ----
+
+CUresult pxcu_ctx_set_current(CUcontext ctx) { return p_cuCtxSetCurrent(ctx); }

@@ -98,4 +98,8 @@ int pxcu_lt_algo(CUcontext ctx, void *handle, const pxcu_gemm *g, size_t max_ws,
 int pxcu_lt_matmul(CUcontext ctx, void *handle, const pxcu_gemm *g, const void *algo,
                  CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr ws, size_t wssize, CUstream s);
 
+// For the package's other shims (nccl_shim.c): make ctx current on the
+// calling thread.
+CUresult pxcu_ctx_set_current(CUcontext ctx);
+
 #endif

@@ -105,6 +105,19 @@ func (s *Sampler) Next(dst []int32, b int) error {
 	return nil
 }
 
+// Skip advances the sampler past n windows without reading them (a
+// data-parallel rank skips the rows of the other ranks).
+func (s *Sampler) Skip(n int) {
+	for range n {
+		if s.st.Pos >= len(s.order) {
+			s.st.Epoch++
+			s.st.Pos = 0
+			s.plan()
+		}
+		s.st.Pos++
+	}
+}
+
 // EvalWindows returns up to limit consecutive, non-overlapping windows of t+1
 // tokens (stride t) from the start of shards, for a deterministic
 // validation loss; limit <= 0 means all of them.

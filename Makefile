@@ -16,13 +16,14 @@ ifdef PARALLAX_REQUIRE_VULKAN
 export PARALLAX_REQUIRE_VULKAN
 endif
 
-.PHONY: help setup test fmt-check vet build demo fmt clean
+.PHONY: help setup test fmt-check vet spirv-check spirv build demo fmt clean
 
 help:
 	@echo "make setup    install what this machine lacks (Go must be present)"
-	@echo "make test     setup, gofmt check, go vet, go test ./..."
+	@echo "make test     setup, gofmt check, go vet, SPIR-V check, go test ./..."
+	@echo "make spirv    recompile the shaders (go generate ./shaders)"
 	@echo "make build    build $(PARALLAX)"
-	@echo "make demo     build, list devices, run Parallax attention on a random example"
+	@echo "make demo     build, list devices, run Parallax attention, train the tiny model for a few minutes, sample"
 	@echo "make vet      go vet ./..."
 	@echo "make fmt      gofmt -w the Go sources"
 	@echo "make clean    remove $(BIN)/ and test caches"
@@ -30,8 +31,16 @@ help:
 setup:
 	@bash .ci/setup.sh
 
-test: setup fmt-check vet
+test: setup fmt-check vet spirv-check
 	$(GO) test ./...
+
+# The committed SPIR-V (shaders/spv) must be what glslc makes of the
+# shaders' sources: recompile into a temporary directory and compare.
+spirv-check:
+	$(GO) run ./shaders/gen -dir shaders -check
+
+spirv:
+	$(GO) generate ./shaders
 
 fmt-check:
 	@bash .ci/check-gofmt.sh
@@ -46,15 +55,29 @@ build: setup
 	@mkdir -p $(BIN)
 	$(GO) build -o $(PARALLAX) ./cmd/parallax
 
+# The demo: list the devices, run Parallax attention (forward and backward)
+# on a random example, then train the tiny preset on the embedded Austen
+# corpus for a few minutes on the best device found and sample from it.
+DEMO_RUN    := $(BIN)/demo
+DEMO_STEPS  ?= 150
+DEMO_PROMPT ?= It is a truth universally acknowledged
+
 demo: build
 	@echo "== parallax devices"
 	@$(PARALLAX) devices
 	@echo
 	@echo "== parallax op attention --example $(DEMO_IN)"
 	@$(PARALLAX) op attention --example $(DEMO_IN)
-	@echo
-	@echo "== parallax op attention --in $(DEMO_IN) --out $(DEMO_OUT)"
 	@$(PARALLAX) op attention --in $(DEMO_IN) --out $(DEMO_OUT)
+	@echo
+	@echo "== parallax train --config tiny --steps $(DEMO_STEPS) --out $(DEMO_RUN)"
+	@rm -rf $(DEMO_RUN)
+	@$(PARALLAX) train --config tiny --steps $(DEMO_STEPS) --batch 8 --seq 128 --eval-every 50 --out $(DEMO_RUN)
+	@echo
+	@echo "== parallax generate --model $(DEMO_RUN) --prompt \"$(DEMO_PROMPT)\""
+	@$(PARALLAX) generate --model $(DEMO_RUN) --prompt "$(DEMO_PROMPT)" --max-tokens 80 --temperature 0.8 --top-k 40 --seed 1
+	@echo
+	@echo "Loss curves: $(DEMO_RUN)/curves.png; metrics: $(DEMO_RUN)/metrics.jsonl"
 
 clean:
 	rm -rf $(BIN)

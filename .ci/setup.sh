@@ -51,3 +51,16 @@ if [[ $gover =~ ^go1\.([0-9]+) ]] && ((BASH_REMATCH[1] < min_go_minor)); then
 fi
 
 need_cmd git git
+
+# cgo (the Vulkan backend's C shim) needs a C compiler.
+need_cmd gcc gcc libc6-dev
+
+# Vulkan: the loader, Mesa's lavapipe (a Vulkan device that runs on the CPU,
+# so the Vulkan backend's tests run on machines without a GPU) and glslc
+# (shaders: the check that the committed SPIR-V matches its sources).
+need_lib libvulkan.so.1 libvulkan1
+need_lib libvulkan_lvp.so mesa-vulkan-drivers
+need_cmd glslc glslc
+# The Khronos validation layer: the Vulkan tests rerun the conformance suite
+# under it and fail on any validation error.
+[[ -e /usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json ]] || apt_install vulkan-validationlayers

@@ -732,3 +732,25 @@ func CheckFrobeniusNormalize(out, x *Tensor) (batch, per int, err error) {
 func CheckMuonApply(p, o *Tensor) (int, error) {
 	return CheckElementwise("muon apply", []string{"p", "o"}, p, o)
 }
+
+// CheckHeadGate validates HeadGate (and, with dOut in out's place,
+// HeadGateBackward) and returns (rows, heads, D): x is [..., H, D] and z is
+// x's shape without the last dimension.
+func CheckHeadGate(out, x, z *Tensor) (rows, h, d int, err error) {
+	const op = "head gate"
+	if err = needFloats(op, []string{"out", "x", "z"}, out, x, z); err != nil {
+		return
+	}
+	if x.Rank() < 2 {
+		return 0, 0, 0, argErr(op, "x", "want rank >= 2 [..., H, D], got %v", x)
+	}
+	if err = needShape(op, "out", out, x.shape); err != nil {
+		return
+	}
+	if err = needShape(op, "z", z, x.shape[:x.Rank()-1]); err != nil {
+		return
+	}
+	h, d = x.Dim(-2), x.Dim(-1)
+	rows = x.Numel() / max(h*d, 1)
+	return
+}

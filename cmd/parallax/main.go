@@ -13,7 +13,9 @@ import (
 
 	"github.com/spf13/pflag"
 
-	_ "github.com/parallax-engine/parallax/engine/cpu" // registers the "cpu" backend
+	_ "github.com/parallax-engine/parallax/engine/cpu"    // registers the "cpu" backend
+	_ "github.com/parallax-engine/parallax/engine/cuda"   // registers the "cuda" backend
+	_ "github.com/parallax-engine/parallax/engine/vulkan" // registers the "vulkan" backend
 )
 
 // Exit codes.
@@ -37,9 +39,11 @@ func commands() []command {
 		{"devices", "list compute backends and devices", runDevices},
 		{"op", "run one op on tensors from a safetensors file", runOp},
 		{"conformance", "certify a device: every op against a float64 reference", runConformance},
+		{"bench", "time attention, decode or matmul on a device (TFLOP/s, GB/s, roofline)", runBench},
 		{"train", "train a model (Parallax or softmax attention)", runTrain},
 		{"generate", "continue a prompt with a trained model", runGenerate},
 		{"eval", "loss and perplexity of a model on a text", runEval},
+		{"mad", "the MAD synthetic benchmark: six tasks, pluggable mixers", runMAD},
 		{"tokenizer", "train a BPE tokenizer, encode or decode", runTokenizer},
 		{"version", "print the version", runVersion},
 		{"help", "show help for a command", runHelp},

@@ -74,6 +74,29 @@ extern "C" __global__ void swiglu_bwd(void *dg, int dtdg, void *du, int dtdu, co
 	}
 }
 
+// head_gate: out[r, :] = sigmoid(z[r]) x[r, :] over rows of length D (one row
+// per token and head).
+extern "C" __global__ void head_gate(void *out, int dto, const void *x, int dtx, const void *z, int dtz, i64 n,
+                                     int D) {
+	GRID_STRIDE(i, n) stf(out, dto, i, sigmoidf(ldf(z, dtz, i / D)) * ldf(x, dtx, i));
+}
+
+// head_gate_bwd: one thread per row; dX = s dOut, dZ = s (1 - s) sum dOut x.
+extern "C" __global__ void head_gate_bwd(void *dx, int dtdx, void *dz, int dtdz, const void *dout, int dtdo,
+                                         const void *x, int dtx, const void *z, int dtz, i64 rows, int D) {
+	GRID_STRIDE(r, rows) {
+		float s = sigmoidf(ldf(z, dtz, r));
+		double dot = 0;
+		for (int j = 0; j < D; j++) {
+			i64 i = r * D + j;
+			float g = ldf(dout, dtdo, i);
+			dot += (double)g * ldf(x, dtx, i);
+			stf(dx, dtdx, i, s * g);
+		}
+		stf(dz, dtdz, r, (float)(s * (1.0f - s) * dot));
+	}
+}
+
 // adamw: decoupled decay, moments, bias-corrected step (step = lr/(1-b1^t),
 // bc2 = sqrt(1-b2^t)), in double.
 extern "C" __global__ void adamw(void *p, int dtp, const void *g, int dtg, float *m, float *v, i64 n, double decay,

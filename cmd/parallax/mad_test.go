@@ -1,0 +1,55 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestMAD runs `parallax mad` end to end at a tiny scale, runs it again
+// (everything resumed), and checks its usage errors.
+func TestMAD(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "mad")
+	args := []string{"mad", "--quick", "--tasks", "compress,memorize", "--mixers", "softmax,parallax",
+		"--optimizer", "adamw,muon", "--lrs", "3e-3", "--epochs", "1", "--batch", "4", "--max-train", "8", "--max-test", "4",
+		"--dim", "16", "--heads", "2", "--device", "cpu", "--parallel", "2", "--out", out}
+	code, stdout, stderr := runCLI(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	for _, want := range []string{"8 runs (0 already", "done compression", "macro accuracy", "parallax/muon", "average", "results.png"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	for _, f := range []string{"results.json", "results.md", "results.png"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	code, stdout, _ = runCLI(t, args...)
+	if code != 0 || !strings.Contains(stdout, "8 runs (8 already") || strings.Contains(stdout, "done compression") {
+		t.Errorf("rerun: exit %d, output:\n%s", code, stdout)
+	}
+
+	for _, c := range []struct{ args, want string }{
+		{"--tasks nope", "--tasks"},
+		{"--mixers mamba", "unknown mixer"},
+		{"--optimizer sgd", "not adamw or muon"},
+		{"--lrs x", "not a number"},
+		{"--lrs -1", "learning rate"},
+		{"--settings some", "want baseline or all"},
+		{"--parallel 0", "--parallel"},
+		{"extra", "unexpected argument"},
+	} {
+		code, stdout, stderr := runCLI(t, append([]string{"mad", "--out", out}, strings.Fields(c.args)...)...)
+		if code != 2 || !strings.Contains(stdout+stderr, c.want) {
+			t.Errorf("mad %s: exit %d, want 2 and %q\n%s%s", c.args, code, c.want, stdout, stderr)
+		}
+	}
+	code, stdout, _ = runCLI(t, "mad", "--help")
+	if code != 0 || !strings.Contains(stdout, "--quick") {
+		t.Errorf("help: exit %d\n%s", code, stdout)
+	}
+}

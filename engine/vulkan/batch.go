@@ -1,0 +1,439 @@
+package vulkan
+
+/*
+#include "pxvk.h"
+*/
+import "C"
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"unsafe"
+
+	vk "github.com/vulkan-go/vulkan"
+)
+
+// Batching. Commands are recorded into one command buffer, the batch,
+// which is submitted when the host needs results (Read, Sync) or when it
+// holds maxBatchOps commands; a ring of frames lets the next batch be
+// recorded while earlier ones run. Every batch is numbered (seq); a region
+// remembers the last batch that touched it, which is what Read, Write and
+// the allocator wait for.
+//
+// Barriers. Within a batch the hazard tracker keeps the buffer ranges
+// accessed since the last barrier (the epoch). A command that reads or
+// writes a range written in the epoch, or writes a range read in it, is
+// preceded by one pipeline barrier (compute/transfer to compute/transfer)
+// whose buffer memory barriers cover every range written in the epoch (a
+// global memory barrier when there are many), and the epoch restarts.
+// Independent dispatches therefore run without barriers between them. Each
+// batch starts with a global memory barrier (it orders against every
+// earlier submission on the queue) and ends with one to the host.
+
+const (
+	numFrames   = 3
+	maxBatchOps = 1024
+	maxEpoch    = 64 // accesses tracked before a barrier is forced
+)
+
+type frame struct {
+	cmd   vk.CommandBuffer
+	fence handle
+	seq   uint64   // batch in flight (0: idle)
+	pools []handle // descriptor pools (without push descriptors)
+	used  int      // pools used by the batch
+}
+
+type access struct {
+	buf    handle
+	lo, hi uint64
+	write  bool
+}
+
+type deferred struct {
+	seq uint64
+	fn  func()
+}
+
+type batcher struct {
+	d         *Device
+	ready     bool
+	cmdPool   handle
+	frames    [numFrames]*frame
+	next      int
+	cur       *frame
+	seq       uint64 // the batch being recorded, or the next one
+	completed uint64 // every batch <= completed has finished
+	ops       int    // commands in the current batch
+	staged    uint64 // staging bytes used by the current batch
+	barriers  int    // barriers recorded (for tests)
+	submits   int    // batches submitted (for tests)
+	epoch     []access
+	later     []deferred
+	err       error // a failed submit or wait: the device is unusable
+}
+
+func (b *batcher) init(d *Device) error {
+	b.d = d
+	b.seq = 1
+	var pool vk.CommandPool
+	ci := &vk.CommandPoolCreateInfo{
+		SType:            vk.StructureTypeCommandPoolCreateInfo,
+		Flags:            vk.CommandPoolCreateFlags(vk.CommandPoolCreateResetCommandBufferBit),
+		QueueFamilyIndex: uint32(d.pd.queueFamily),
+	}
+	if res := vk.CreateCommandPool(d.dev, ci, nil, &pool); res != vk.Success {
+		return vkErr("vkCreateCommandPool", res)
+	}
+	b.cmdPool = toHandle(pool)
+	if err := checkHandle("VkCommandPool", b.cmdPool); err != nil {
+		return err
+	}
+	cmds := make([]vk.CommandBuffer, numFrames)
+	ai := &vk.CommandBufferAllocateInfo{
+		SType:              vk.StructureTypeCommandBufferAllocateInfo,
+		CommandPool:        vkOf[vk.CommandPool](b.cmdPool),
+		Level:              vk.CommandBufferLevelPrimary,
+		CommandBufferCount: numFrames,
+	}
+	if res := vk.AllocateCommandBuffers(d.dev, ai, cmds); res != vk.Success {
+		return vkErr("vkAllocateCommandBuffers", res)
+	}
+	for i := range b.frames {
+		var fence vk.Fence
+		if res := vk.CreateFence(d.dev, &vk.FenceCreateInfo{SType: vk.StructureTypeFenceCreateInfo}, nil, &fence); res != vk.Success {
+			return vkErr("vkCreateFence", res)
+		}
+		b.frames[i] = &frame{cmd: cmds[i], fence: toHandle(fence)}
+		if err := checkHandle("VkFence", b.frames[i].fence); err != nil {
+			return err
+		}
+	}
+	b.ready = true
+	return nil
+}
+
+func (b *batcher) destroy() {
+	d := b.d
+	for _, f := range b.frames {
+		if f == nil {
+			continue
+		}
+		for _, p := range f.pools {
+			vk.DestroyDescriptorPool(d.dev, vkOf[vk.DescriptorPool](p), nil)
+		}
+		if f.fence != 0 {
+			vk.DestroyFence(d.dev, vkOf[vk.Fence](f.fence), nil)
+		}
+	}
+	if b.cmdPool != 0 {
+		vk.DestroyCommandPool(d.dev, vkOf[vk.CommandPool](b.cmdPool), nil)
+	}
+	b.ready = false
+}
+
+// begin makes sure a batch is being recorded and returns its frame.
+func (b *batcher) begin() (*frame, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
+	if b.cur != nil {
+		return b.cur, nil
+	}
+	f := b.frames[b.next]
+	if f.seq != 0 {
+		if err := b.wait(f); err != nil {
+			return nil, err
+		}
+	}
+	bi := &vk.CommandBufferBeginInfo{
+		SType: vk.StructureTypeCommandBufferBeginInfo,
+		Flags: vk.CommandBufferUsageFlags(vk.CommandBufferUsageOneTimeSubmitBit),
+	}
+	if res := vk.BeginCommandBuffer(f.cmd, bi); res != vk.Success {
+		return nil, b.setErr(vkErr("vkBeginCommandBuffer", res))
+	}
+	f.used = 0
+	b.cur = f
+	b.ops, b.staged = 0, 0
+	b.epoch = b.epoch[:0]
+	// Order this batch after everything submitted before it.
+	C.px_barrier(b.d.px, unsafe.Pointer(f.cmd), 0, nil, nil, nil)
+	return f, nil
+}
+
+func (b *batcher) setErr(err error) error {
+	if b.err == nil {
+		b.err = fmt.Errorf("vulkan %s: %w", b.d.info.ID(), err)
+	}
+	return b.err
+}
+
+// submit ends and submits the current batch (if any) without waiting.
+func (b *batcher) submit() error {
+	f := b.cur
+	if f == nil {
+		return b.err
+	}
+	b.cur = nil
+	C.px_barrier_host(b.d.px, unsafe.Pointer(f.cmd))
+	if res := vk.EndCommandBuffer(f.cmd); res != vk.Success {
+		return b.setErr(vkErr("vkEndCommandBuffer", res))
+	}
+	// Submitted from C: the binding's QueueSubmit frees its C copy of the
+	// submit info from a finalizer that may run during the call.
+	if res := C.px_submit(b.d.px, unsafe.Pointer(b.d.queue), unsafe.Pointer(f.cmd), C.pxHandle(f.fence)); res != 0 {
+		return b.setErr(vkErr("vkQueueSubmit", vk.Result(res)))
+	}
+	f.seq = b.seq
+	b.seq++
+	b.submits++
+	b.next = (b.next + 1) % numFrames
+	return nil
+}
+
+// wait blocks until frame f's batch has finished and retires it.
+func (b *batcher) wait(f *frame) error {
+	if f.seq == 0 {
+		return nil
+	}
+	fences := []vk.Fence{vkOf[vk.Fence](f.fence)}
+	if res := vk.WaitForFences(b.d.dev, 1, fences, vk.True, math.MaxUint64); res != vk.Success {
+		return b.setErr(vkErr("vkWaitForFences", res))
+	}
+	if res := vk.ResetFences(b.d.dev, 1, fences); res != vk.Success {
+		return b.setErr(vkErr("vkResetFences", res))
+	}
+	for _, p := range f.pools[:f.used] {
+		vk.ResetDescriptorPool(b.d.dev, vkOf[vk.DescriptorPool](p), 0)
+	}
+	f.used = 0
+	b.completed = max(b.completed, f.seq)
+	f.seq = 0
+	b.runDeferred()
+	return nil
+}
+
+// waitFor waits until batch seq has finished (submitting it if it is the
+// one being recorded).
+func (b *batcher) waitFor(seq uint64) error {
+	if seq <= b.completed {
+		return b.err
+	}
+	if b.cur != nil && seq >= b.seq {
+		if err := b.submit(); err != nil {
+			return err
+		}
+	}
+	for {
+		var oldest *frame
+		for _, f := range b.frames {
+			if f.seq != 0 && (oldest == nil || f.seq < oldest.seq) {
+				oldest = f
+			}
+		}
+		if oldest == nil || seq <= b.completed {
+			break
+		}
+		if err := b.wait(oldest); err != nil {
+			return err
+		}
+	}
+	if b.inFlight() == 0 {
+		b.d.checkStatus()
+	}
+	return b.err
+}
+
+// inFlight counts the submitted batches not yet waited for.
+func (b *batcher) inFlight() int {
+	n := 0
+	for _, f := range b.frames {
+		if f.seq != 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// waitAll submits the current batch and waits for every batch.
+func (b *batcher) waitAll() error {
+	if err := b.submit(); err != nil {
+		return err
+	}
+	return b.waitFor(b.seq - 1)
+}
+
+// afterBatch runs fn once batch seq has completed (at once if it has).
+func (b *batcher) afterBatch(seq uint64, fn func()) {
+	if seq <= b.completed {
+		fn()
+		return
+	}
+	b.later = append(b.later, deferred{seq, fn})
+}
+
+func (b *batcher) runDeferred() {
+	keep := b.later[:0]
+	var run []func()
+	for _, x := range b.later {
+		if x.seq <= b.completed {
+			run = append(run, x.fn)
+		} else {
+			keep = append(keep, x)
+		}
+	}
+	b.later = keep
+	for _, fn := range run {
+		fn()
+	}
+}
+
+// hazard records the accesses of the next command, first recording a
+// barrier if it depends on (or overwrites the inputs of) a command of the
+// current epoch.
+func (b *batcher) hazard(f *frame, acc []access) {
+	conflict := len(b.epoch) >= maxEpoch
+	for _, a := range acc {
+		if conflict {
+			break
+		}
+		for _, e := range b.epoch {
+			if e.buf == a.buf && e.lo < a.hi && a.lo < e.hi && (e.write || a.write) {
+				conflict = true
+				break
+			}
+		}
+	}
+	if conflict {
+		var bufs, offs, sizes []uint64
+		for _, e := range b.epoch {
+			if e.write {
+				bufs = append(bufs, uint64(e.buf))
+				offs = append(offs, e.lo)
+				sizes = append(sizes, e.hi-e.lo)
+			}
+		}
+		n := len(bufs)
+		if n > 32 || n == 0 {
+			C.px_barrier(b.d.px, unsafe.Pointer(f.cmd), 0, nil, nil, nil)
+		} else {
+			C.px_barrier(b.d.px, unsafe.Pointer(f.cmd), C.int(n), (*C.uint64_t)(&bufs[0]), (*C.uint64_t)(&offs[0]), (*C.uint64_t)(&sizes[0]))
+		}
+		b.barriers++
+		b.epoch = b.epoch[:0]
+	}
+	b.epoch = append(b.epoch, acc...)
+}
+
+// touched marks regions as used by the current batch and counts the
+// command, submitting the batch when it is large.
+func (b *batcher) touched(rs ...*region) error {
+	for _, r := range rs {
+		r.lastUse = b.seq
+	}
+	b.ops++
+	if b.ops >= maxBatchOps {
+		return b.submit()
+	}
+	return nil
+}
+
+// copy records a buffer copy of n bytes from src+so to dst+do.
+func (b *batcher) copy(src *region, so uint64, dst *region, do uint64, n uint64) error {
+	f, err := b.begin()
+	if err != nil {
+		return err
+	}
+	b.hazard(f, []access{
+		{src.buffer(), src.off + so, src.off + so + n, false},
+		{dst.buffer(), dst.off + do, dst.off + do + n, true},
+	})
+	C.px_copy(b.d.px, unsafe.Pointer(f.cmd), C.pxHandle(src.buffer()), C.pxHandle(dst.buffer()),
+		C.uint64_t(src.off+so), C.uint64_t(dst.off+do), C.uint64_t(n))
+	return b.touched(src, dst)
+}
+
+// fill records vkCmdFillBuffer over [off, off+n) of r (4-byte multiples).
+func (b *batcher) fill(r *region, off, n uint64, value uint32) error {
+	f, err := b.begin()
+	if err != nil {
+		return err
+	}
+	b.hazard(f, []access{{r.buffer(), r.off + off, r.off + off + n, true}})
+	C.px_fill(b.d.px, unsafe.Pointer(f.cmd), C.pxHandle(r.buffer()), C.uint64_t(r.off+off), C.uint64_t(n), C.uint32_t(value))
+	return b.touched(r)
+}
+
+// descriptorPool returns a pool of the current frame with room for a set.
+func (b *batcher) descriptorPool(f *frame, fresh bool) (handle, error) {
+	if fresh {
+		f.used++
+	}
+	if f.used == 0 {
+		f.used = 1
+	}
+	for len(f.pools) < f.used {
+		sizes := []vk.DescriptorPoolSize{{Type: vk.DescriptorTypeStorageBuffer, DescriptorCount: 256 * maxBindings}}
+		ci := &vk.DescriptorPoolCreateInfo{
+			SType:         vk.StructureTypeDescriptorPoolCreateInfo,
+			MaxSets:       256,
+			PoolSizeCount: 1,
+			PPoolSizes:    sizes,
+		}
+		var p vk.DescriptorPool
+		if res := vk.CreateDescriptorPool(b.d.dev, ci, nil, &p); res != vk.Success {
+			return 0, vkErr("vkCreateDescriptorPool", res)
+		}
+		h := toHandle(p)
+		if err := checkHandle("VkDescriptorPool", h); err != nil {
+			return 0, err
+		}
+		f.pools = append(f.pools, h)
+	}
+	return f.pools[f.used-1], nil
+}
+
+// status words written by shaders that detect bad input (see
+// shaders/common.glsl): [0] error code, [1..3] details.
+const (
+	statusIDRange     = 1 // embedding: ids[a] = b outside [0, c)
+	statusTargetRange = 2 // cross entropy: targets[a] = b outside [0, c)
+	statusLensRange   = 3 // decode: lens[a] = b outside [Lq, Cap = c]
+	statusLLASingular = 4 // lla: row a has a singular system
+)
+
+// checkStatus turns a flag raised by a shader into the device's pending
+// error and clears it. Called with no batch in flight.
+func (d *Device) checkStatus() {
+	if d.status == nil {
+		return
+	}
+	buf := d.status.bytes()
+	w := func(i int) int32 { return int32(binary.LittleEndian.Uint32(buf[4*i:])) }
+	code := w(0)
+	if code == 0 {
+		return
+	}
+	a, bb, c, op := w(1), w(2), w(3), w(4)
+	var err error
+	switch code {
+	case statusIDRange:
+		name := "embedding"
+		if op == 1 {
+			name = "embedding backward"
+		}
+		err = fmt.Errorf("%s: ids[%d] = %d is outside the vocabulary [0, %d)", name, a, bb, c)
+	case statusTargetRange:
+		err = fmt.Errorf("cross entropy: targets[%d] = %d is outside [0, %d) and is not the ignore index", a, bb, c)
+	case statusLensRange:
+		err = fmt.Errorf("decode attention: lens: lens[%d] = %d is outside [Lq %d, capacity %d] (sequence %d)", a, bb, op, c, a)
+	case statusLLASingular:
+		err = fmt.Errorf("lla: row %d (flattened b, head, position): the system is singular or the output is not finite (omega - mu.rho* <= 1e-9 omega); use lambda > 0", a)
+	default:
+		err = fmt.Errorf("a shader raised error code %d (%d, %d, %d)", code, a, bb, c)
+	}
+	clear(buf)
+	d.fail(err)
+}

@@ -1,0 +1,248 @@
+package vulkan
+
+/*
+#include "pxvk.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"sync"
+	"unsafe"
+
+	vk "github.com/vulkan-go/vulkan"
+
+	"github.com/parallax-engine/parallax/engine"
+)
+
+// Device is one opened Vulkan device: a logical device with one compute
+// queue, a pooling allocator, the pipelines built so far and the batch of
+// commands being recorded. Ops validate their arguments, record one or more
+// dispatches (with the barriers they need) and return; the batch is
+// submitted when the host needs a result (Read, Sync) or when it grows
+// large. Methods must be called from one goroutine at a time.
+type Device struct {
+	rt   *runtime
+	pd   *physDevice
+	info engine.DeviceInfo
+
+	dev   vk.Device
+	queue vk.Queue
+	px    *C.pxDevice
+
+	push     bool // push descriptors (else a descriptor pool per batch)
+	no16     bool // 16-bit tensors through 32-bit words and atomics
+	coop     bool // NV cooperative-matrix matmul kernel
+	subgroup int  // subgroup size
+
+	mem   *allocator // tensors
+	stage *allocator // host-visible staging for uploads and readbacks (nil on UMA)
+
+	pipes pipelines
+	b     batcher
+
+	status *region // device-side error flags (host-visible)
+	dummy  *region // bound where an optional operand is absent
+
+	ropeTables map[ropeKey]*region
+	queries    handle // timestamp query pool (Timed)
+
+	mu      sync.Mutex
+	pending error // the first error raised while executing, for Sync
+	closed  bool
+}
+
+// newDevice creates the logical device for p.
+func newDevice(rt *runtime, p *physDevice) (*Device, error) {
+	d := &Device{rt: rt, pd: p, info: p.info(), subgroup: int(p.x.subgroupSize)}
+	d.info.Features = maps.Clone(d.info.Features)
+	d.push = p.x.hasPushDescriptor != 0 && p.x.maxPushDescriptors >= maxBindings && os.Getenv("PARALLAX_VULKAN_PUSH_DESCRIPTORS") != "0"
+	d.no16 = !p.has16BitStorage() || os.Getenv("PARALLAX_VULKAN_NO16") == "1"
+	d.coop, _ = p.coopMatMulNV()
+	if d.subgroup <= 0 {
+		d.subgroup = 1
+	}
+
+	var exts []string
+	if d.push {
+		exts = append(exts, "VK_KHR_push_descriptor\x00")
+	}
+	en := C.pxEnable{}
+	if !d.no16 || d.coop {
+		en.chain16Bit = 1
+	}
+	if cBool(p.x.shaderFloat64) {
+		en.shaderFloat64 = 1
+	}
+	if d.coop {
+		exts = append(exts, "VK_NV_cooperative_matrix\x00")
+		if p.apiVersion < vk.MakeVersion(1, 2, 0) {
+			exts = append(exts, "VK_KHR_shader_float16_int8\x00", "VK_KHR_vulkan_memory_model\x00")
+		}
+		en.chainFloat16, en.chainMemoryModel, en.chainCoopNV = 1, 1, 1
+	}
+	chain := C.px_feature_chain(&en)
+	if chain == nil {
+		return nil, errors.New("vulkan: out of host memory")
+	}
+	defer C.px_free(chain)
+
+	qci := []vk.DeviceQueueCreateInfo{{
+		SType:            vk.StructureTypeDeviceQueueCreateInfo,
+		QueueFamilyIndex: uint32(p.queueFamily),
+		QueueCount:       1,
+		PQueuePriorities: []float32{1},
+	}}
+	ci := &vk.DeviceCreateInfo{
+		SType:                   vk.StructureTypeDeviceCreateInfo,
+		PNext:                   chain, // VkPhysicalDeviceFeatures2 and its chain, in C memory
+		QueueCreateInfoCount:    1,
+		PQueueCreateInfos:       qci,
+		EnabledExtensionCount:   uint32(len(exts)),
+		PpEnabledExtensionNames: exts,
+	}
+	var dev vk.Device
+	if res := vk.CreateDevice(p.handle, ci, nil, &dev); res != vk.Success {
+		return nil, fmt.Errorf("vulkan:%d (%s): %w", p.index, p.name, vkErr("vkCreateDevice", res))
+	}
+	d.dev = dev
+	var q vk.Queue // a local: cgo refuses pointers into structs holding Go pointers
+	vk.GetDeviceQueue(dev, uint32(p.queueFamily), 0, &q)
+	d.queue = q
+	var cerr [256]C.char
+	push := C.int(0)
+	if d.push {
+		push = 1
+	}
+	d.px = C.px_device_new((C.pxGetInstanceProcAddr)(rt.gipa), unsafe.Pointer(rt.instance), unsafe.Pointer(dev), push, &cerr[0], C.int(len(cerr)))
+	if d.px == nil {
+		vk.DestroyDevice(dev, nil)
+		return nil, fmt.Errorf("vulkan:%d: %s", p.index, C.GoString(&cerr[0]))
+	}
+	if err := d.init(); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("vulkan:%d (%s): %w", p.index, p.name, err)
+	}
+	if d.coop {
+		// The tensor-core path is checked against the scalar one once per
+		// device before ops may use it.
+		if why := d.checkCoop(); why != "" {
+			d.coop = false
+			d.info.Features["matmul path"] = "scalar (coopmat: " + why + ")"
+		}
+	}
+	return d, nil
+}
+
+// init sets up memory, the batcher and the pipeline cache.
+func (d *Device) init() error {
+	var err error
+	if d.mem, d.stage, err = newAllocators(d); err != nil {
+		return err
+	}
+	if err := d.b.init(d); err != nil {
+		return err
+	}
+	if err := d.pipes.init(d); err != nil {
+		return err
+	}
+	host := d.mem
+	if d.stage != nil {
+		host = d.stage
+	}
+	if d.status, err = host.alloc(64); err != nil {
+		return err
+	}
+	clear(d.status.bytes())
+	if d.dummy, err = d.mem.alloc(16); err != nil {
+		return err
+	}
+	d.ropeTables = map[ropeKey]*region{}
+	return nil
+}
+
+// Info describes the device.
+func (d *Device) Info() engine.DeviceInfo { return d.info }
+
+// Close waits for outstanding work and releases every Vulkan object of the
+// device; its tensors become invalid.
+func (d *Device) Close() error {
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	var err error
+	if d.dev != nil {
+		if d.b.ready {
+			err = d.b.waitAll()
+		}
+		vk.DeviceWaitIdle(d.dev)
+		if d.queries != 0 {
+			vk.DestroyQueryPool(d.dev, vkOf[vk.QueryPool](d.queries), nil)
+		}
+		d.pipes.destroy()
+		d.b.destroy()
+		if d.stage != nil {
+			d.stage.destroy()
+		}
+		if d.mem != nil {
+			d.mem.destroy()
+		}
+		if d.px != nil {
+			C.px_device_free(d.px)
+			d.px = nil
+		}
+		vk.DestroyDevice(d.dev, nil)
+		d.dev = nil
+	}
+	return err
+}
+
+// Sync submits the recorded batch, waits for every submitted batch and
+// returns (and clears) the first error an op raised while executing.
+func (d *Device) Sync() error {
+	if d.closed {
+		return errClosed
+	}
+	err := d.b.waitAll()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err == nil {
+		err = d.pending
+	}
+	d.pending = nil
+	return err
+}
+
+var errClosed = errors.New("vulkan: device is closed")
+
+// fail records err for Sync and returns it.
+func (d *Device) fail(err error) error {
+	d.mu.Lock()
+	if d.pending == nil {
+		d.pending = err
+	}
+	d.mu.Unlock()
+	return err
+}
+
+// own checks that the tensors live on this device.
+func (d *Device) own(op string, ts ...*engine.Tensor) error {
+	if d.closed {
+		return fmt.Errorf("%s: %w", op, errClosed)
+	}
+	return engine.CheckDevice(op, d, ts...)
+}
+
+// ValidationErrors is the number of errors VK_LAYER_KHRONOS_validation has
+// reported in this process (PARALLAX_VULKAN_VALIDATION=1 enables the layer).
+func ValidationErrors() int { return int(C.px_validation_error_count()) }
+
+// ValidationEnabled reports whether the validation layer is on.
+func ValidationEnabled() bool {
+	rt, err := loadRuntime()
+	return err == nil && rt.validation
+}

@@ -1,0 +1,357 @@
+package vulkan
+
+import (
+	"fmt"
+
+	"github.com/parallax-engine/parallax/engine"
+)
+
+// The attention family (spec sections 2-6) on five kernels:
+//
+//	attn_fwd       streaming forward: softmax / Parallax / uniform weights,
+//	               full or split-KV partial states, over K/V or a KV cache
+//	attn_combine   merges split-KV partial states (decode)
+//	attn_bwd_pre   T = g.o and Bv = g.vbar per row
+//	attn_bwd_rows  dq, dr (row-parallel)
+//	attn_bwd_cols  dk, dv (column-parallel)
+//
+// Linear attention is the uniform-weight member of the same kernels: plain
+// o = sum (r.k) v and affine o = vbar - Sigma_KV r are the streaming
+// forward with every score 0 (and no normalisation for plain).
+
+const (
+	modeSoftmax = 0
+	modeAffine  = 1
+	modePlain   = 2
+)
+
+// attnTiles are a kernel's block sizes: WG invocations, BR rows, BC keys.
+type attnTiles struct{ wg, br, bc int }
+
+type attnKernel int
+
+const (
+	kFwd attnKernel = iota
+	kRows
+	kCols
+)
+
+// sharedBytes is the shared memory the kernel declares for these tiles
+// (it mirrors the declarations in the shaders).
+func (k attnKernel) sharedBytes(D, br, bc int, softmax, hasR bool) int {
+	qsz, rsz := 1, 1
+	if softmax {
+		qsz = br * D
+	}
+	if hasR {
+		rsz = br * D
+	}
+	switch k {
+	case kFwd:
+		return 4 * (qsz + rsz + 2*bc*D + 2*br*bc + 6*br)
+	case kRows:
+		return 4 * (qsz + rsz + br*D + 2*bc*D + 2*br*bc + 7*br)
+	}
+	return 4 * (qsz + rsz + br*D + 2*bc*D + 3*br*bc + 7*br)
+}
+
+func nextPow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
+}
+
+// planAttn picks tiles for kernel k with head dimension D and rows rows
+// per (batch, KV head) that fit the device's shared memory, keep at most
+// 16 accumulator elements per invocation and prefer up to 16 rows and 32
+// keys per tile.
+func (d *Device) planAttn(k attnKernel, D, rows int, softmax, hasR bool) (attnTiles, error) {
+	limit := int(d.pd.lim.maxSharedMemory) - 256
+	maxWG := min(256, int(d.pd.lim.maxGroupInvocations), int(d.pd.lim.maxGroupSize[0]))
+	for br := min(16, nextPow2(max(rows, 1))); br >= 1; br /= 2 {
+		for bc := 32; bc >= 1; bc /= 2 {
+			if k.sharedBytes(D, br, bc, softmax, hasR) > limit {
+				continue
+			}
+			acc := br * D
+			if k == kCols {
+				acc = bc * D
+			}
+			wg := min(max(64, nextPow2((acc+15)/16)), 256)
+			if wg > maxWG || (acc+wg-1)/wg > 16 {
+				continue
+			}
+			return attnTiles{wg, br, bc}, nil
+		}
+	}
+	return attnTiles{}, fmt.Errorf("head dimension %d needs more than this device's %d KiB of shared memory per workgroup",
+		D, d.pd.lim.maxSharedMemory/1024)
+}
+
+// fwdCall is one attention-family forward.
+type fwdCall struct {
+	dims           engine.AttnDims
+	q, k, v, r     arg
+	o, lse, vb, tb arg
+	mode           int
+	hasR           bool
+	lens           *engine.Tensor // decode: per-sequence lengths
+	splits         int
+}
+
+func flag(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (d *Device) attnForward(c fwdCall) error {
+	dm := c.dims
+	rows := dm.G * dm.Lq
+	if dm.B*dm.Hkv == 0 || rows == 0 {
+		return nil
+	}
+	tl, err := d.planAttn(kFwd, dm.D, rows, c.mode == modeSoftmax, c.hasR)
+	if err != nil {
+		return err
+	}
+	nblocks := (rows + tl.br - 1) / tl.br
+	S := max(c.splits, 1)
+	decode := c.lens != nil
+	partial := decode && S > 1
+	flags := flag(c.lse.r != d.dummy) | flag(c.vb.r != d.dummy)<<1 | flag(c.tb.r != d.dummy)<<2
+	pc := push(uint32(dm.B), uint32(dm.Hq), uint32(dm.Hkv), uint32(dm.G), uint32(dm.Lq), uint32(dm.Lk),
+		dm.Causal || decode, uint32(dm.Window), dm.Scale, uint32(S), uint32(nblocks), flags)
+	sp := spec{1: uint32(dm.D), 2: uint32(tl.br), 3: uint32(tl.bc), 4: uint32(c.mode), 5: flag(c.hasR), 6: flag(decode), 7: flag(partial)}
+	lens := d.none()
+	if decode {
+		lens = in(c.lens)
+	}
+	part := d.none()
+	var pr *region
+	if partial {
+		if pr, err = d.tmp(dm.B * dm.Hq * dm.Lq * S * (3 + 2*dm.D)); err != nil {
+			return err
+		}
+		defer d.mem.release(pr)
+		part = scratch(pr)
+	}
+	groups := d.groups1(dm.B * dm.Hkv * nblocks * S)
+	if err := d.launch("attn_fwd", tl.wg, sp, pc, groups, c.q, c.k, c.v, c.r, c.o, c.lse, c.vb, c.tb, lens, part, d.statusArg()); err != nil {
+		return err
+	}
+	if !partial {
+		return nil
+	}
+	part.write = false
+	return d.launch("attn_combine", 64, spec{1: uint32(dm.D), 5: flag(c.hasR)}, pc, d.groups1(dm.B*dm.Hq*dm.Lq), part, c.o, lens)
+}
+
+// Attention is the streaming forward of softmax or Parallax attention;
+// see engine.Ops.
+func (d *Device) Attention(a engine.AttentionArgs) error {
+	dims, err := engine.CheckAttention(a)
+	if err != nil {
+		return err
+	}
+	if err := d.own("attention", a.Q, a.K, a.V, a.R, a.O, a.LSE, a.Vbar, a.Tbar); err != nil {
+		return err
+	}
+	return d.attnForward(fwdCall{
+		dims: dims, q: in(a.Q), k: in(a.K), v: in(a.V), r: d.opt(a.R, false),
+		o: out(a.O), lse: d.opt(a.LSE, true), vb: d.opt(a.Vbar, true), tb: d.opt(a.Tbar, true),
+		mode: modeSoftmax, hasR: a.R != nil, splits: 1,
+	})
+}
+
+// DecodeAttention is attention over a KV cache with per-sequence lengths,
+// split-KV: Splits chunks of each sequence's keys are processed by
+// separate workgroups (all G query heads of a KV head together) and a
+// combine pass merges their partial states; see engine.Ops. Lengths
+// outside [Lq, Cap] are reported by Sync (those sequences' outputs are
+// not written).
+func (d *Device) DecodeAttention(a engine.DecodeArgs) error {
+	dd, err := engine.CheckDecode(a)
+	if err != nil {
+		return err
+	}
+	if err := d.own("decode attention", a.Q, a.R, a.KCache, a.VCache, a.Lens, a.O); err != nil {
+		return err
+	}
+	dims := engine.AttnDims{B: dd.B, Hq: dd.Hq, Hkv: dd.Hkv, G: dd.G, Lq: dd.Lq, Lk: dd.Cap, D: dd.D,
+		Offset: dd.Cap - dd.Lq, Scale: dd.Scale, Causal: true, Window: dd.Window}
+	splits := a.Splits
+	if splits == 0 {
+		splits = d.decodeSplits(dims)
+	}
+	return d.attnForward(fwdCall{
+		dims: dims, q: in(a.Q), k: in(a.KCache), v: in(a.VCache), r: d.opt(a.R, false),
+		o: out(a.O), lse: d.none(), vb: d.none(), tb: d.none(),
+		mode: modeSoftmax, hasR: a.R != nil, lens: a.Lens, splits: splits,
+	})
+}
+
+// decodeSplits chooses the split count when the caller leaves it to us:
+// enough workgroups to fill a GPU (about 256), chunks of at least 128
+// keys of the capacity, at most 64 splits.
+func (d *Device) decodeSplits(dims engine.AttnDims) int {
+	tl, err := d.planAttn(kFwd, dims.D, dims.G*dims.Lq, true, true)
+	if err != nil {
+		return 1
+	}
+	items := dims.B * dims.Hkv * ((dims.G*dims.Lq + tl.br - 1) / tl.br)
+	want := (256 + items - 1) / max(items, 1)
+	return max(1, min(want, dims.Lk/128, 64))
+}
+
+// bwdCall is one attention-family backward.
+type bwdCall struct {
+	dims           engine.AttnDims
+	q, k, v, r, g  arg
+	lse, tb        arg
+	dq, dk, dv, dr arg
+	mode           int
+	hasR           bool
+	o, vb          arg // for the pre-pass (T = g.o, Bv = g.vbar)
+}
+
+func (d *Device) attnBackward(c bwdCall) error {
+	dm := c.dims
+	if dm.B*dm.Hkv == 0 {
+		return nil
+	}
+	rows := dm.G * dm.Lq
+	nrows := dm.B * dm.Hq * dm.Lq
+	softmax := c.mode == modeSoftmax
+	stats := d.none()
+	if (softmax || c.hasR && c.mode == modeAffine) && nrows > 0 {
+		sr, err := d.tmp(2 * nrows)
+		if err != nil {
+			return err
+		}
+		defer d.mem.release(sr)
+		stats = scratch(sr)
+		needT, needBv := softmax, c.hasR && c.mode != modePlain
+		pc := push(uint32(nrows), uint32(dm.D), needT, needBv)
+		if err := d.launch("attn_bwd_pre", 64, nil, pc, d.strideGroups(nrows, 64), c.o, c.g, c.vb, stats); err != nil {
+			return err
+		}
+		stats.write = false
+	}
+	if rows > 0 && (softmax || c.hasR) {
+		tl, err := d.planAttn(kRows, dm.D, rows, softmax, c.hasR)
+		if err != nil {
+			return err
+		}
+		nb := (rows + tl.br - 1) / tl.br
+		pc := push(uint32(dm.B), uint32(dm.Hq), uint32(dm.Hkv), uint32(dm.G), uint32(dm.Lq), uint32(dm.Lk),
+			dm.Causal, uint32(dm.Window), dm.Scale, uint32(1), uint32(nb), uint32(0))
+		sp := spec{1: uint32(dm.D), 2: uint32(tl.br), 3: uint32(tl.bc), 4: uint32(c.mode), 5: flag(c.hasR)}
+		if err := d.launch("attn_bwd_rows", tl.wg, sp, pc, d.groups1(dm.B*dm.Hkv*nb),
+			c.q, c.k, c.v, c.r, c.g, c.lse, c.tb, stats, c.dq, c.dr); err != nil {
+			return err
+		}
+	}
+	if dm.Lk == 0 {
+		return nil
+	}
+	tl, err := d.planAttn(kCols, dm.D, rows, softmax, c.hasR)
+	if err != nil {
+		return err
+	}
+	nb := (dm.Lk + tl.bc - 1) / tl.bc
+	pc := push(uint32(dm.B), uint32(dm.Hq), uint32(dm.Hkv), uint32(dm.G), uint32(dm.Lq), uint32(dm.Lk),
+		dm.Causal, uint32(dm.Window), dm.Scale, uint32(1), uint32(nb), uint32(0))
+	sp := spec{1: uint32(dm.D), 2: uint32(tl.br), 3: uint32(tl.bc), 4: uint32(c.mode), 5: flag(c.hasR)}
+	return d.launch("attn_bwd_cols", tl.wg, sp, pc, d.groups1(dm.B*dm.Hkv*nb),
+		c.q, c.k, c.v, c.r, c.g, c.lse, c.tb, stats, c.dk, c.dv)
+}
+
+// AttentionBackward computes dQ, dK, dV (and dR) of sum(o * dO); see
+// engine.Ops.
+func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
+	dims, err := engine.CheckAttentionBackward(a)
+	if err != nil {
+		return err
+	}
+	if err := d.own("attention backward", a.Q, a.K, a.V, a.R, a.O, a.DO, a.LSE, a.Vbar, a.Tbar,
+		a.DQ, a.DK, a.DV, a.DR); err != nil {
+		return err
+	}
+	return d.attnBackward(bwdCall{
+		dims: dims, q: in(a.Q), k: in(a.K), v: in(a.V), r: d.opt(a.R, false), g: in(a.DO),
+		lse: in(a.LSE), tb: d.opt(a.Tbar, false),
+		dq: out(a.DQ), dk: out(a.DK), dv: out(a.DV), dr: d.opt(a.DR, true),
+		mode: modeSoftmax, hasR: a.R != nil, o: in(a.O), vb: d.opt(a.Vbar, false),
+	})
+}
+
+// LinearAttention is plain or affine linear attention with probe R; see
+// engine.Ops.
+func (d *Device) LinearAttention(a engine.LinearAttentionArgs) error {
+	dims, err := engine.CheckLinearAttention(a)
+	if err != nil {
+		return err
+	}
+	if err := d.own("linear attention", a.R, a.K, a.V, a.O); err != nil {
+		return err
+	}
+	mode := modePlain
+	if a.Affine {
+		mode = modeAffine
+	}
+	return d.attnForward(fwdCall{
+		dims: dims, q: d.none(), k: in(a.K), v: in(a.V), r: in(a.R),
+		o: out(a.O), lse: d.none(), vb: d.none(), tb: d.none(),
+		mode: mode, hasR: true, splits: 1,
+	})
+}
+
+// LinearAttentionBackward computes dR, dK, dV of sum(o * dO); see
+// engine.Ops. The affine form first reruns the forward for vbar and tbar.
+func (d *Device) LinearAttentionBackward(a engine.LinearAttentionBackwardArgs) error {
+	dims, err := engine.CheckLinearAttentionBackward(a)
+	if err != nil {
+		return err
+	}
+	if err := d.own("linear attention backward", a.R, a.K, a.V, a.DO, a.DR, a.DK, a.DV); err != nil {
+		return err
+	}
+	c := bwdCall{
+		dims: dims, q: d.none(), k: in(a.K), v: in(a.V), r: in(a.R), g: in(a.DO),
+		lse: d.none(), tb: d.none(), dq: d.none(), dk: out(a.DK), dv: out(a.DV), dr: out(a.DR),
+		mode: modePlain, hasR: true, o: d.none(), vb: d.none(),
+	}
+	if a.Affine {
+		c.mode = modeAffine
+		nrows := dims.B * dims.Hq * dims.Lq
+		ob, err := d.tmp(nrows * dims.D)
+		if err != nil {
+			return err
+		}
+		defer d.mem.release(ob)
+		vb, err := d.tmp(nrows * dims.D)
+		if err != nil {
+			return err
+		}
+		defer d.mem.release(vb)
+		tb, err := d.tmp(nrows)
+		if err != nil {
+			return err
+		}
+		defer d.mem.release(tb)
+		if err := d.attnForward(fwdCall{
+			dims: dims, q: d.none(), k: in(a.K), v: in(a.V), r: in(a.R),
+			o: scratch(ob), lse: d.none(), vb: scratch(vb), tb: scratch(tb),
+			mode: modeAffine, hasR: true, splits: 1,
+		}); err != nil {
+			return err
+		}
+		c.vb, c.tb = scratch(vb), scratch(tb)
+		c.vb.write, c.tb.write = false, false
+	}
+	return d.attnBackward(c)
+}

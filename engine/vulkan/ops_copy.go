@@ -1,0 +1,62 @@
+package vulkan
+
+import (
+	"github.com/parallax-engine/parallax/engine"
+)
+
+// Copies: Cast, SwapAxes12 and KVAppend are one strided copy kernel
+// (shaders/copy.comp): element i of src, viewed as [d0, d1, d2, d3], lands
+// at dst[base + sum i_k s_k]. Equal dtypes move raw bits.
+
+const copyWG = 256
+
+func (d *Device) copyKernel(dst, src *engine.Tensor, n int, dims [4]int, strides [4]int, base int) error {
+	if n == 0 {
+		return nil
+	}
+	pc := push(uint32(n), uint32(dims[1]), uint32(dims[2]), uint32(dims[3]),
+		uint32(strides[0]), uint32(strides[1]), uint32(strides[2]), uint32(strides[3]), uint32(base))
+	return d.launch("copy", copyWG, nil, pc, d.strideGroups(n, copyWG), in(src), out(dst))
+}
+
+// Cast converts src to dst's dtype (a raw copy when they match); see
+// engine.Ops.
+func (d *Device) Cast(dst, src *engine.Tensor) error {
+	n, err := engine.CheckCast(dst, src)
+	if err != nil {
+		return err
+	}
+	if err := d.own("cast", dst, src); err != nil {
+		return err
+	}
+	return d.copyKernel(dst, src, n, [4]int{1, 1, 1, max(n, 1)}, [4]int{0, 0, 0, 1}, 0)
+}
+
+// SwapAxes12 writes dst[a, c, b, e] = src[a, b, c, e]; see engine.Ops.
+func (d *Device) SwapAxes12(dst, src *engine.Tensor) error {
+	dims, err := engine.CheckSwapAxes12(dst, src)
+	if err != nil {
+		return err
+	}
+	if err := d.own("swapaxes12", dst, src); err != nil {
+		return err
+	}
+	a, b, c, e := dims[0], dims[1], dims[2], dims[3]
+	n := a * b * c * e
+	return d.copyKernel(dst, src, n, [4]int{a, max(b, 1), max(c, 1), max(e, 1)}, [4]int{c * b * e, e, b * e, 1}, 0)
+}
+
+// KVAppend writes x [B, H, n, D] into cache [B, H, Cap, D] at positions
+// start..start+n-1; see engine.Ops.
+func (d *Device) KVAppend(cache, x *engine.Tensor, start int) error {
+	b, h, n, capacity, dim, err := engine.CheckKVAppend(cache, x, start)
+	if err != nil {
+		return err
+	}
+	if err := d.own("kv append", cache, x); err != nil {
+		return err
+	}
+	total := b * h * n * dim
+	return d.copyKernel(cache, x, total, [4]int{b, max(h, 1), max(n, 1), max(dim, 1)},
+		[4]int{h * capacity * dim, capacity * dim, dim, 1}, start*dim)
+}

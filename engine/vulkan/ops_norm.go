@@ -1,0 +1,64 @@
+package vulkan
+
+import (
+	"github.com/parallax-engine/parallax/engine"
+)
+
+// RMSNorm and its backward (shaders/rmsnorm.comp): one workgroup per row
+// for the row-wise parts; dW is reduced deterministically over row chunks
+// (partials, then an ordered sum per column).
+
+const normWG = 128
+
+// RMSNorm normalises the rows of x; see engine.Ops.
+func (d *Device) RMSNorm(o, rstd, x, w *engine.Tensor, eps float32) error {
+	rows, n, err := engine.CheckRMSNorm(o, rstd, x, w)
+	if err != nil {
+		return err
+	}
+	if err := d.own("rmsnorm", o, rstd, x, w); err != nil {
+		return err
+	}
+	if rows == 0 || n == 0 {
+		return nil
+	}
+	pc := push(uint32(rows), uint32(n), eps, uint32(0), uint32(0), rstd != nil)
+	return d.launch("rmsnorm", normWG, spec{1: 0}, pc, d.groups1(rows),
+		in(x), in(w), out(o), d.opt(rstd, true), d.none(), d.none(), d.none())
+}
+
+// RMSNormBackward computes dX and accumulates dW; see engine.Ops.
+func (d *Device) RMSNormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor) error {
+	rows, n, err := engine.CheckRMSNormBackward(dX, dW, dOut, x, w, rstd)
+	if err != nil {
+		return err
+	}
+	if err := d.own("rmsnorm backward", dX, dW, dOut, x, w, rstd); err != nil {
+		return err
+	}
+	if rows == 0 || n == 0 {
+		return nil
+	}
+	chunk := 64
+	chunks := (rows + chunk - 1) / chunk
+	pr, err := d.tmp(chunks * n)
+	if err != nil {
+		return err
+	}
+	defer d.mem.release(pr)
+	rs := in(rstd)
+	pc := push(uint32(rows), uint32(n), float32(0), uint32(chunk), uint32(chunks), true)
+	if err := d.launch("rmsnorm", normWG, spec{1: 1}, pc, d.groups1(rows),
+		in(x), in(w), out(dX), rs, in(dOut), d.none(), d.none()); err != nil {
+		return err
+	}
+	blocks := (n + normWG - 1) / normWG
+	if err := d.launch("rmsnorm", normWG, spec{1: 2}, pc, d.groups1(blocks*chunks),
+		in(x), in(w), d.none(), rs, in(dOut), scratch(pr), d.none()); err != nil {
+		return err
+	}
+	parts := scratch(pr)
+	parts.write = false
+	return d.launch("rmsnorm", normWG, spec{1: 3}, pc, d.groups1(blocks),
+		in(x), in(w), d.none(), rs, in(dOut), parts, out(dW))
+}

@@ -1,0 +1,74 @@
+package vulkan
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/parallax-engine/parallax/engine"
+)
+
+// ropeKey identifies a table of RoPE frequencies theta^(-2i/D).
+type ropeKey struct {
+	theta float32
+	d     int
+}
+
+// ropeFreqs returns the device table of frequencies for (theta, D),
+// computed in float64 on the host once and kept for the device's lifetime.
+func (d *Device) ropeFreqs(theta float32, dim int) (*region, error) {
+	k := ropeKey{theta, dim}
+	if r, ok := d.ropeTables[k]; ok {
+		return r, nil
+	}
+	half := dim / 2
+	buf := make([]byte, 4*max(half, 1))
+	for i := 0; i < half; i++ {
+		f := math.Pow(float64(theta), -2*float64(i)/float64(dim))
+		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(f)))
+	}
+	r, err := d.mem.alloc(uint64(len(buf)))
+	if err != nil {
+		return nil, err
+	}
+	if err := d.writeRegion(r, buf); err != nil {
+		d.mem.release(r)
+		return nil, err
+	}
+	d.ropeTables[k] = r
+	return r, nil
+}
+
+// RoPE rotates pairs of x by pos[l] * theta^(-2i/D); see engine.Ops.
+func (d *Device) RoPE(o, x, pos *engine.Tensor, theta float32) error {
+	return d.rope("rope", o, x, pos, theta, 1)
+}
+
+// RoPEBackward applies the inverse rotation; see engine.Ops.
+func (d *Device) RoPEBackward(dX, dOut, pos *engine.Tensor, theta float32) error {
+	return d.rope("rope backward", dX, dOut, pos, theta, -1)
+}
+
+func (d *Device) rope(op string, o, x, pos *engine.Tensor, theta, sign float32) error {
+	b, h, l, dim, err := engine.CheckRoPE(o, x, pos)
+	if err != nil {
+		return err
+	}
+	if err := d.own(op, o, x, pos); err != nil {
+		return err
+	}
+	rows := b * h * l
+	if rows == 0 {
+		return nil
+	}
+	if dim == 0 {
+		return nil
+	}
+	fr, err := d.ropeFreqs(theta, dim)
+	if err != nil {
+		return err
+	}
+	freqs := arg{r: fr, size: fr.size, dt: engine.F32}
+	n := rows * dim / 2
+	pc := push(uint32(rows), uint32(l), uint32(dim/2), sign)
+	return d.launch("rope", 256, nil, pc, d.strideGroups(n, 256), in(x), out(o), in(pos), freqs)
+}

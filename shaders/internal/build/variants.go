@@ -1,0 +1,47 @@
+// Package build compiles the GLSL sources of package shaders into SPIR-V
+// (glslc) and finds committed SPIR-V that no longer matches its sources.
+package build
+
+// Variant is one SPIR-V module: a source file compiled with some defines.
+type Variant struct {
+	Name    string   // spv/Name.spv
+	Source  string   // Source.comp
+	Defines []string // -D options
+	Target  string   // glslc --target-env
+}
+
+// kernels are the portable compute kernels; each is compiled twice: with
+// 16-bit storage access (NAME) and without (NAME.no16, for devices that
+// lack storageBuffer16BitAccess).
+var kernels = []string{
+	"elementwise",
+	"copy",
+	"rmsnorm",
+	"rope",
+	"embedding",
+	"embedding_bwd",
+	"cross_entropy",
+	"reduce",
+	"cor",
+	"matmul",
+	"attn_fwd",
+	"attn_combine",
+	"attn_bwd_pre",
+	"attn_bwd_rows",
+	"attn_bwd_cols",
+	"lla",
+	"gate",
+}
+
+// Variants lists every module `go generate` builds.
+var Variants = func() []Variant {
+	var vs []Variant
+	for _, k := range kernels {
+		vs = append(vs,
+			Variant{Name: k, Source: k, Target: "vulkan1.1"},
+			Variant{Name: k + ".no16", Source: k, Defines: []string{"PX_NO16"}, Target: "vulkan1.1"})
+	}
+	// The tensor-core matmul: GL_NV_cooperative_matrix, f16 inputs.
+	vs = append(vs, Variant{Name: "matmul_coop", Source: "matmul_coop", Target: "vulkan1.1"})
+	return vs
+}()

@@ -109,6 +109,15 @@ type Ops interface {
 	// LinearAttentionBackward computes dR, dK, dV of sum(o * dO).
 	LinearAttentionBackward(a LinearAttentionBackwardArgs) error
 
+	// HeadGate scales each head's vector by a sigmoid gate:
+	// out[..., h, :] = sigmoid(z[..., h]) x[..., h, :], x [..., H, D],
+	// z [..., H]. It is the probe gate of the ablation
+	// r = sigmoid(w_g . x) W_R x (spec section 7).
+	HeadGate(out, x, z *Tensor) error
+	// HeadGateBackward computes dX = sigmoid(z) dOut and
+	// dZ = sigmoid(z) (1 - sigmoid(z)) sum_d dOut x (both overwritten).
+	HeadGateBackward(dX, dZ, dOut, x, z *Tensor) error
+
 	// CorrectionRatio writes to out (F32 [1]) the mean over rows (every
 	// b, h, i) of ||vbar - o|| / ||vbar||, the correction-to-output ratio COR
 	// = ||Sigma_KV r|| / ||o_SA|| (spec section 7). o and vbar are [..., D];

@@ -24,6 +24,7 @@ type layerActs struct {
 	mid                 *engine.Tensor // residual after attention [N, d]
 	ln2, ln2Rstd        *engine.Tensor // post_attention_layernorm(mid) [N, d]; F32 [N]
 	gate, up, act       *engine.Tensor // MLP [N, FFN]; act = silu(gate) * up
+	rn, gz              *engine.Tensor // probe gate: normed r before the gate [B, T, Hq, D]; logits [B, T, Hq]
 }
 
 // gradActs are the activation gradients of the backward pass, shared by all
@@ -36,6 +37,7 @@ type gradActs struct {
 	dq, dr          *engine.Tensor // [B, T, Hq, D], grads of the q, r projections
 	dk, dv          *engine.Tensor // [B, T, Hkv, D]
 	dh, dgate, dup  *engine.Tensor // [N, FFN]
+	dgz             *engine.Tensor // [B, T, Hq]: grad of the probe gate's logits
 }
 
 // Activations are the buffers of one forward (and backward) shape, allocated
@@ -126,6 +128,9 @@ func (m *Model) newActivations(B, T int, train bool) (*Activations, error) {
 		if c.Parallax() {
 			la.r, la.rRstd = al.t(dt, B, T, hq, D), al.t(engine.F32, B, T, hq)
 			la.rh = al.t(dt, B, hq, T, D)
+			if c.ProbeGate {
+				la.rn, la.gz = al.t(dt, B, T, hq, D), al.t(dt, B, T, hq)
+			}
 		}
 		la.att = al.t(dt, B, hq, T, D)
 		if train {
@@ -173,6 +178,9 @@ func (m *Model) allocGrads(a *Activations) error {
 	g.dq, g.dk, g.dv = al.t(dt, B, T, hq, D), al.t(dt, B, T, hkv, D), al.t(dt, B, T, hkv, D)
 	if c.Parallax() {
 		g.drh, g.dr = al.t(dt, B, hq, T, D), al.t(dt, B, T, hq, D)
+		if c.ProbeGate {
+			g.dgz = al.t(dt, B, T, hq)
+		}
 	}
 	g.dh, g.dgate, g.dup = al.t(dt, N, f), al.t(dt, N, f), al.t(dt, N, f)
 	if al.err != nil {
@@ -200,11 +208,11 @@ func (a *Activations) free(dev engine.Device) {
 	fr(a.res...)
 	for _, la := range a.layers {
 		fr(la.ln1, la.ln1Rstd, la.q, la.k, la.r, la.qRstd, la.kRstd, la.rRstd, la.qh, la.kh, la.vh, la.rh,
-			la.att, la.lse, la.tbar, la.vbar, la.attT, la.mid, la.ln2, la.ln2Rstd, la.gate, la.up, la.act)
+			la.att, la.lse, la.tbar, la.vbar, la.attT, la.mid, la.ln2, la.ln2Rstd, la.gate, la.up, la.act, la.rn, la.gz)
 	}
 	if g := a.grads; g != nil {
 		fr(g.dres, g.dtmp, g.dln, g.dattT, g.datt, g.dqh, g.drh, g.dkh, g.dvh, g.dq, g.dr, g.dk, g.dv,
-			g.dh, g.dgate, g.dup)
+			g.dh, g.dgate, g.dup, g.dgz)
 	}
 }
 

@@ -105,7 +105,14 @@ func (m *Model) blockBackward(r *rec, l int, a *Activations, x *engine.Tensor) {
 	if c.Parallax() {
 		r.ropeBackward(g.drh, a.pos, theta)
 		r.swap(a.rn, g.drh)
-		r.rmsnormBackward(g.dr, blk.RNorm.G, a.rn, la.r, blk.RNorm.W, la.rRstd)
+		if c.ProbeGate {
+			// g.dq is free again: it receives dL/d(normed r) before the gate.
+			r.headGateBackward(g.dq, g.dgz, a.rn, la.rn, la.gz)
+			r.linearBackward(g.dln, blk.RGate.G, mat(g.dgz, c.Heads), la.ln1, blk.RGate.W, true)
+			r.rmsnormBackward(g.dr, blk.RNorm.G, g.dq, la.r, blk.RNorm.W, la.rRstd)
+		} else {
+			r.rmsnormBackward(g.dr, blk.RNorm.G, a.rn, la.r, blk.RNorm.W, la.rRstd)
+		}
 		r.linearBackward(g.dln, blk.R.G, mat(g.dr, qd), la.ln1, blk.R.W, true)
 	}
 	r.rmsnormBackward(g.dtmp, blk.InputNorm.G, g.dln, x, blk.InputNorm.W, la.ln1Rstd)

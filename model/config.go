@@ -38,7 +38,11 @@ type Config struct {
 	TiedEmbeddings bool    // logits use the embedding table as the head
 	Attention      string  // AttentionParallax or AttentionSoftmax
 	RInit          string  // RInitLikeQ or RInitZero (Parallax only)
-	MaxSeq         int     // longest sequence (max_position_embeddings)
+	// ProbeGate adds the gate ablation of the paper (Parallax only):
+	// r = sigmoid(w_g . h) r, one scalar per token and head, w_g a learned
+	// [Hq, d] matrix (self_attn.r_gate.weight, trained by AdamW).
+	ProbeGate bool
+	MaxSeq    int // longest sequence (max_position_embeddings)
 	// BOS and EOS are the special token ids from an HF config (nil if none).
 	// Generation stops at any EOS id unless told otherwise.
 	BOS []int
@@ -140,6 +144,9 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("model config: attention %q is not %q or %q", c.Attention, AttentionParallax, AttentionSoftmax)
 	}
+	if c.ProbeGate && c.Attention != AttentionParallax {
+		return fmt.Errorf("model config: the probe gate needs parallax attention, not %q", c.Attention)
+	}
 	switch c.RInit {
 	case RInitLikeQ, RInitZero:
 	default:
@@ -179,6 +186,7 @@ type hfConfig struct {
 	EOSTokenID            json.RawMessage `json:"eos_token_id,omitempty"`
 	Attention             string          `json:"attention,omitempty"`
 	RInit                 string          `json:"r_init,omitempty"`
+	ProbeGate             bool            `json:"probe_gate,omitempty"`
 }
 
 // ropeParameters is the newer transformers form of the RoPE settings.
@@ -214,6 +222,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		EOSTokenID:            tokenIDsJSON(c.EOS),
 		Attention:             c.Attention,
 		RInit:                 c.RInit,
+		ProbeGate:             c.ProbeGate,
 	}
 	return json.Marshal(h)
 }
@@ -329,6 +338,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	if h.RInit != "" {
 		out.RInit = h.RInit
 	}
+	out.ProbeGate = h.ProbeGate
 	var err error
 	if out.BOS, err = parseTokenIDs("bos_token_id", h.BOSTokenID); err != nil {
 		return err

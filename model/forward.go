@@ -199,7 +199,16 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 	r.swap(la.vh, a.vn)
 	if c.Parallax() {
 		r.linear(mat(la.r, qd), la.ln1, blk.R.W)
-		r.rmsnorm(a.rn, la.rRstd, la.r, blk.RNorm.W, eps)
+		if c.ProbeGate {
+			// r = sigmoid(w_g . h) r per token and head, after the norm
+			// (which would undo it) and before RoPE (a per-head scalar
+			// commutes with the rotation).
+			r.rmsnorm(la.rn, la.rRstd, la.r, blk.RNorm.W, eps)
+			r.linear(mat(la.gz, c.Heads), la.ln1, blk.RGate.W)
+			r.headGate(a.rn, la.rn, la.gz)
+		} else {
+			r.rmsnorm(a.rn, la.rRstd, la.r, blk.RNorm.W, eps)
+		}
 		r.swap(la.rh, a.rn)
 		r.rope(la.rh, a.pos, theta) // r takes the query positions
 	}

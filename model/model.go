@@ -38,6 +38,9 @@ const (
 	Head
 	// Gain is an RMSNorm weight (a vector).
 	Gain
+	// Gate is the probe gate's w_g [Hq, d] (the ablation): a gate, so
+	// AdamW trains it even though it is 2-D.
+	Gate
 )
 
 // String names the kind ("matrix", "embedding", "head", "gain").
@@ -51,6 +54,8 @@ func (k ParamKind) String() string {
 		return "head"
 	case Gain:
 		return "gain"
+	case Gate:
+		return "gate"
 	}
 	return fmt.Sprintf("ParamKind(%d)", int(k))
 }
@@ -72,6 +77,7 @@ type Block struct {
 	QNorm     *Param // q_norm [D]
 	KNorm     *Param // k_norm [D]
 	RNorm     *Param // r_norm [D]
+	RGate     *Param // r_gate [Hq, d]: the probe gate w_g (ProbeGate only)
 	PostNorm  *Param // post_attention_layernorm [d]
 	Gate, Up  *Param // mlp.gate_proj, mlp.up_proj [FFN, d]
 	Down      *Param // mlp.down_proj [d, FFN]
@@ -207,6 +213,9 @@ func newEmpty(dev engine.Device, cfg Config, dtype engine.DType) (*Model, error)
 		b.KNorm = add(pre+"self_attn.k_norm.weight", Gain, hd)
 		if cfg.Parallax() {
 			b.RNorm = add(pre+"self_attn.r_norm.weight", Gain, hd)
+		}
+		if cfg.Parallax() && cfg.ProbeGate {
+			b.RGate = add(pre+"self_attn.r_gate.weight", Gate, cfg.Heads, d)
 		}
 		b.PostNorm = add(pre+"post_attention_layernorm.weight", Gain, d)
 		b.Gate = add(pre+"mlp.gate_proj.weight", Matrix, f, d)

@@ -74,13 +74,15 @@ type variant struct {
 	name      string
 	attention string
 	tied      bool
+	gate      bool // the probe gate ablation
 }
 
 var variants = []variant{
-	{"parallax-tied", AttentionParallax, true},
-	{"parallax-untied", AttentionParallax, false},
-	{"softmax-tied", AttentionSoftmax, true},
-	{"softmax-untied", AttentionSoftmax, false},
+	{"parallax-tied", AttentionParallax, true, false},
+	{"parallax-untied", AttentionParallax, false, false},
+	{"softmax-tied", AttentionSoftmax, true, false},
+	{"softmax-untied", AttentionSoftmax, false, false},
+	{"parallax-gate", AttentionParallax, false, true},
 }
 
 // TestForwardMatchesReference compares the engine's logits and loss with
@@ -90,6 +92,7 @@ func TestForwardMatchesReference(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			cfg := testConfig(v.attention, v.tied)
+			cfg.ProbeGate = v.gate
 			m := newTestModel(t, cfg, 1)
 			tokens, targets := testBatch(cfg, B, T, 2)
 			st, err := m.Forward(tokens, targets, B, T)
@@ -140,6 +143,7 @@ func TestGradients(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			cfg := testConfig(v.attention, v.tied)
+			cfg.ProbeGate = v.gate
 			m := newTestModel(t, cfg, 3)
 			tokens, targets := testBatch(cfg, B, T, 4)
 			if _, err := m.Forward(tokens, targets, B, T); err != nil {

@@ -114,6 +114,18 @@ func (r *rec) swiglu(out, gate, up *engine.Tensor) {
 	}
 }
 
+func (r *rec) headGate(out, x, z *engine.Tensor) {
+	if r.err == nil {
+		r.fail("probe gate", r.dev.HeadGate(out, x, z))
+	}
+}
+
+func (r *rec) headGateBackward(dX, dZ, dOut, x, z *engine.Tensor) {
+	if r.err == nil {
+		r.fail("probe gate backward", r.dev.HeadGateBackward(dX, dZ, dOut, x, z))
+	}
+}
+
 func (r *rec) swigluBackward(dGate, dUp, dOut, gate, up *engine.Tensor) {
 	if r.err == nil {
 		r.fail("swiglu backward", r.dev.SwiGLUBackward(dGate, dUp, dOut, gate, up))

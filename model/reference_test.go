@@ -110,6 +110,15 @@ func (r *refModel) forward(tokens, targets []int32, B, T int) ([]float64, float6
 		if c.Parallax() {
 			rr = refLinear(h, N, d, w("self_attn.r_proj"), Hq*D)
 			rr = refRMSNorm(rr, N*Hq, D, w("self_attn.r_norm"), eps)
+			if c.ProbeGate {
+				z := refLinear(h, N, d, w("self_attn.r_gate"), Hq)
+				for i, zi := range z {
+					s := 1 / (1 + math.Exp(-zi))
+					for j := i * D; j < (i+1)*D; j++ {
+						rr[j] *= s
+					}
+				}
+			}
 			refRoPE(rr, B, T, Hq, D, c.RopeTheta)
 		}
 		att := make([]float64, N*Hq*D)

@@ -36,9 +36,10 @@ const (
 // DefaultConfig; JSON-tagged fields are stored in the checkpoint so a resumed
 // run uses the same settings.
 type Config struct {
-	Out       string `json:"-"`         // output directory (checkpoint, metrics, plot)
-	Model     string `json:"model"`     // preset name or a config.json path
-	Attention string `json:"attention"` // "parallax" or "softmax"; "" keeps the model config's
+	Out       string `json:"-"`          // output directory (checkpoint, metrics, plot)
+	Model     string `json:"model"`      // preset name or a config.json path
+	Attention string `json:"attention"`  // "parallax" or "softmax"; "" keeps the model config's
+	ProbeGate bool   `json:"probe_gate"` // the gate ablation r = sigmoid(w_g . h) r (Parallax only)
 	// Vocab is the size of the BPE vocabulary trained on the corpus; 0 uses
 	// the model config's vocabulary size. Ignored with Tokenizer.
 	Vocab     int    `json:"vocab"`
@@ -533,6 +534,9 @@ func (r *runner) modelConfig() (model.Config, error) {
 		if mc.RInit == "" {
 			mc.RInit = model.RInitLikeQ
 		}
+	}
+	if r.cfg.ProbeGate {
+		mc.ProbeGate = true
 	}
 	return mc, nil
 }

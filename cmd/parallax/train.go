@@ -57,7 +57,7 @@ const trainExamples = `
 `
 
 // runDefining lists the flags that define a run (not allowed with --resume).
-var runDefining = []string{"config", "data", "attention", "optimizer", "batch", "seq", "accum",
+var runDefining = []string{"config", "data", "attention", "probe-gate", "optimizer", "batch", "seq", "accum",
 	"lr", "adamw-lr", "weight-decay", "adamw-weight-decay", "momentum", "muon-scale", "beta1", "beta2",
 	"schedule", "warmup", "decay-frac", "min-lr-ratio", "clip", "vocab", "tokenizer", "seed", "dtype"}
 
@@ -68,6 +68,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.Model, "config", d.Model, "model preset ("+strings.Join(model.Presets(), ", ")+") or a config.json")
 	fs.StringVar(&cfg.Data, "data", "", "training text: a file, a directory of *.txt, or a tokenized dataset (default: the embedded corpus)")
 	fs.StringVar(&cfg.Attention, "attention", "", "attention: parallax or softmax (default: the config's; presets are parallax)")
+	fs.BoolVar(&cfg.ProbeGate, "probe-gate", false, "the gate ablation: r = sigmoid(w_g . h) r per token and head (Parallax only)")
 	opt := fs.String("optimizer", train.OptMuon, "optimizer: muon (Muon + AdamW) or adamw")
 	fs.StringVar(&cfg.Device, "device", d.Device, "device: auto, cpu, vulkan:N, cuda:N")
 	fs.StringVar(&cfg.DType, "dtype", d.DType, "activation dtype: auto (bf16 on GPUs, f32 on the CPU), f32, bf16, f16")

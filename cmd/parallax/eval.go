@@ -47,6 +47,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	tokens := fs.String("tokens", "", "comma-separated token ids of one sequence")
 	dump := fs.String("dump-logits", "", "with --tokens: write the logits [T, V] to this safetensors file")
 	device := fs.String("device", "auto", "device: auto, cpu, vulkan:N, cuda:N")
+	convert := fs.Bool("convert-parallax", false, "load a softmax (e.g. Hugging Face Qwen3) checkpoint as Parallax with W_R = 0: the outputs are unchanged")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -75,7 +76,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer dev.Close()
-	m, err := model.Load(*dir, dev, model.LoadOptions{})
+	m, err := model.Load(*dir, dev, model.LoadOptions{ConvertParallax: *convert})
 	if err != nil {
 		return err
 	}

@@ -38,6 +38,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	topP := fs.Float64("top-p", 0.95, "nucleus sampling: the smallest set reaching this probability (1: all)")
 	seed := fs.Uint64("seed", 1, "sampling seed")
 	device := fs.String("device", "auto", "device: auto, cpu, vulkan:N, cuda:N")
+	convert := fs.Bool("convert-parallax", false, "load a softmax (e.g. Hugging Face Qwen3) checkpoint as Parallax with W_R = 0: the outputs are unchanged")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -59,7 +60,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer dev.Close()
-	m, err := model.Load(*dir, dev, model.LoadOptions{})
+	m, err := model.Load(*dir, dev, model.LoadOptions{ConvertParallax: *convert})
 	if err != nil {
 		return err
 	}

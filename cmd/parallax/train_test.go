@@ -91,3 +91,51 @@ func TestTrainGenerateEval(t *testing.T) {
 	os.WriteFile(w, append(b[:len(b)-1], b[len(b)-1]^1), 0o644) // intact layout, one flipped bit
 	expect(1, "does not belong", "train", "--out", out, "--resume", "--steps", "4", "--device", "cpu")
 }
+
+// TestConvertParallax: a softmax checkpoint loaded with --convert-parallax
+// (W_R = 0 added) gives exactly the softmax model's logits.
+func TestConvertParallax(t *testing.T) {
+	dir := t.TempDir()
+	mc, err := model.PresetConfig("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc.Dim, mc.Layers, mc.Heads, mc.KVHeads, mc.HeadDim, mc.FFN = 32, 1, 2, 1, 16, 64
+	cfgPath := filepath.Join(dir, "config.json")
+	if err := model.WriteConfig(cfgPath, mc); err != nil {
+		t.Fatal(err)
+	}
+	textPath := filepath.Join(dir, "text.txt")
+	os.WriteFile(textPath, []byte(strings.Repeat("She was the youngest of the two daughters of a most affectionate father.\n\n", 60)), 0o644)
+	out := filepath.Join(dir, "run")
+	if code, _, stderr := runCLI(t, "train", "--config", cfgPath, "--attention", "softmax", "--data", textPath, "--vocab", "300",
+		"--device", "cpu", "--batch", "2", "--seq", "16", "--steps", "2", "--eval-every", "-1", "--out", out); code != 0 {
+		t.Fatalf("train: %s", stderr)
+	}
+	dump := func(name string, extra ...string) []float32 {
+		path := filepath.Join(dir, name)
+		args := append([]string{"eval", "--model", out, "--tokens", "5,6,7,8", "--dump-logits", path, "--device", "cpu"}, extra...)
+		if code, _, stderr := runCLI(t, args...); code != 0 {
+			t.Fatalf("eval %v: %s", extra, stderr)
+		}
+		f, err := safetensors.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		v, err := f.Float32("logits")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	soft, conv := dump("softmax.safetensors"), dump("converted.safetensors", "--convert-parallax")
+	if len(soft) != len(conv) || len(soft) == 0 {
+		t.Fatalf("logit counts %d vs %d", len(soft), len(conv))
+	}
+	for i := range soft {
+		if soft[i] != conv[i] {
+			t.Fatalf("logit %d: %v as softmax, %v converted to Parallax (want identical)", i, soft[i], conv[i])
+		}
+	}
+}

@@ -8,7 +8,8 @@ import "C"
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
+	"os"
+	"time"
 	"unsafe"
 
 	vk "github.com/vulkan-go/vulkan"
@@ -199,8 +200,20 @@ func (b *batcher) wait(f *frame) error {
 		return nil
 	}
 	fences := []vk.Fence{vkOf[vk.Fence](f.fence)}
-	if res := vk.WaitForFences(b.d.dev, 1, fences, vk.True, math.MaxUint64); res != vk.Success {
-		return b.setErr(vkErr("vkWaitForFences", res))
+	// Wait in slices, so a batch that never completes (a driver or shader
+	// hang) becomes an error after waitTimeout instead of a stuck process.
+	deadline := time.Now().Add(waitTimeout())
+	for {
+		res := vk.WaitForFences(b.d.dev, 1, fences, vk.True, uint64(time.Second))
+		if res == vk.Success {
+			break
+		}
+		if res != vk.Timeout {
+			return b.setErr(vkErr("vkWaitForFences", res))
+		}
+		if time.Now().After(deadline) {
+			return b.setErr(fmt.Errorf("a batch of commands did not complete within %v (PARALLAX_VULKAN_TIMEOUT)", waitTimeout()))
+		}
 	}
 	if res := vk.ResetFences(b.d.dev, 1, fences); res != vk.Success {
 		return b.setErr(vkErr("vkResetFences", res))
@@ -436,4 +449,15 @@ func (d *Device) checkStatus() {
 	}
 	clear(buf)
 	d.fail(err)
+}
+
+// waitTimeout is how long a batch may run before the device is declared
+// hung: PARALLAX_VULKAN_TIMEOUT (a Go duration), default 5 minutes.
+func waitTimeout() time.Duration {
+	if v := os.Getenv("PARALLAX_VULKAN_TIMEOUT"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			return d
+		}
+	}
+	return 5 * time.Minute
 }

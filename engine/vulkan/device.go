@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -25,7 +26,7 @@ import (
 // submitted when the host needs a result (Read, Sync) or when it grows
 // large. Methods must be called from one goroutine at a time.
 type Device struct {
-	rt   *runtime
+	rt   *vkRuntime
 	pd   *physDevice
 	info engine.DeviceInfo
 
@@ -56,7 +57,7 @@ type Device struct {
 }
 
 // newDevice creates the logical device for p.
-func newDevice(rt *runtime, p *physDevice) (*Device, error) {
+func newDevice(rt *vkRuntime, p *physDevice) (*Device, error) {
 	d := &Device{rt: rt, pd: p, info: p.info(), subgroup: int(p.x.subgroupSize)}
 	d.info.Features = maps.Clone(d.info.Features)
 	d.push = p.x.hasPushDescriptor != 0 && p.x.maxPushDescriptors >= maxBindings && os.Getenv("PARALLAX_VULKAN_PUSH_DESCRIPTORS") != "0"
@@ -73,9 +74,6 @@ func newDevice(rt *runtime, p *physDevice) (*Device, error) {
 	en := C.pxEnable{}
 	if !d.no16 || d.coop {
 		en.chain16Bit = 1
-	}
-	if cBool(p.x.shaderFloat64) {
-		en.shaderFloat64 = 1
 	}
 	if d.coop {
 		exts = append(exts, "VK_NV_cooperative_matrix\x00")
@@ -105,7 +103,12 @@ func newDevice(rt *runtime, p *physDevice) (*Device, error) {
 		PpEnabledExtensionNames: exts,
 	}
 	var dev vk.Device
-	if res := vk.CreateDevice(p.handle, ci, nil, &dev); res != vk.Success {
+	res := vk.CreateDevice(p.handle, ci, nil, &dev)
+	// The binding stores a pointer to the Go slice of priorities in its C
+	// copy of the create info without keeping the slice alive.
+	runtime.KeepAlive(ci)
+	runtime.KeepAlive(qci)
+	if res != vk.Success {
 		return nil, fmt.Errorf("vulkan:%d (%s): %w", p.index, p.name, vkErr("vkCreateDevice", res))
 	}
 	d.dev = dev
@@ -178,6 +181,11 @@ func (d *Device) Close() error {
 	if d.dev != nil {
 		if d.b.ready {
 			err = d.b.waitAll()
+		}
+		if d.b.err != nil {
+			// A lost or hung device: waiting for it could block forever and
+			// destroying objects it may still use is undefined; leak them.
+			return d.b.err
 		}
 		vk.DeviceWaitIdle(d.dev)
 		if d.queries != 0 {

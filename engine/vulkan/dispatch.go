@@ -118,6 +118,18 @@ func push(vals ...any) []uint32 {
 // in constant expressions (shaders/common.glsl).
 const specWG = 9
 
+// flexWG is the workgroup size of kernels that work with any power of
+// two: 256, or the device's largest power of two below that (Vulkan
+// guarantees at least 128).
+func (d *Device) flexWG() int {
+	lim := min(256, int(d.pd.lim.maxGroupInvocations), int(d.pd.lim.maxGroupSize[0]))
+	wg := 1
+	for wg*2 <= lim {
+		wg *= 2
+	}
+	return wg
+}
+
 // launch records one dispatch of kernel over g workgroups of wg
 // invocations (specialization constant 0) with the given constants, push
 // constants and bindings; binding i's dtype becomes constant 100+i.
@@ -127,6 +139,9 @@ func (d *Device) launch(kernel string, wg int, sp spec, pc []uint32, g grid, arg
 	}
 	if len(args) > maxBindings {
 		return fmt.Errorf("vulkan: kernel %s binds %d buffers (at most %d)", kernel, len(args), maxBindings)
+	}
+	if lim := min(int(d.pd.lim.maxGroupInvocations), int(d.pd.lim.maxGroupSize[0])); wg > lim {
+		return fmt.Errorf("vulkan: kernel %s needs %d invocations per workgroup; %s allows %d", kernel, wg, d.pd.name, lim)
 	}
 	if len(pc)*4 > pushBytes {
 		return fmt.Errorf("vulkan: kernel %s pushes %d bytes (at most %d)", kernel, len(pc)*4, pushBytes)

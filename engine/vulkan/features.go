@@ -63,7 +63,7 @@ type physDevice struct {
 	x           C.pxDeviceInfo // Properties2/Features2 results
 }
 
-func queryPhysical(rt *runtime, index int, pd vk.PhysicalDevice) *physDevice {
+func queryPhysical(rt *vkRuntime, index int, pd vk.PhysicalDevice) *physDevice {
 	p := &physDevice{index: index, handle: pd, queueFamily: -1}
 	var props vk.PhysicalDeviceProperties
 	vk.GetPhysicalDeviceProperties(pd, &props)

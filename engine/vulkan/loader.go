@@ -33,10 +33,10 @@ import (
 	vk "github.com/vulkan-go/vulkan"
 )
 
-// runtime is the process-wide Vulkan state: the loader, one instance and
+// vkRuntime is the process-wide Vulkan state: the loader, one instance and
 // its physical devices. It is created on first use and lives until the
 // process exits (devices opened from it are closed individually).
-type runtime struct {
+type vkRuntime struct {
 	gipa       unsafe.Pointer // vkGetInstanceProcAddr
 	instance   vk.Instance
 	apiVersion uint32 // the instance's
@@ -46,14 +46,14 @@ type runtime struct {
 
 var (
 	rtOnce sync.Once
-	rtVal  *runtime
+	rtVal  *vkRuntime
 	rtErr  error
 )
 
 // loadRuntime returns the process-wide runtime, loading libvulkan and
 // creating the instance on first call. The error is sticky: a machine
 // without a loader or a driver reports the same reason every time.
-func loadRuntime() (*runtime, error) {
+func loadRuntime() (*vkRuntime, error) {
 	rtOnce.Do(func() { rtVal, rtErr = newRuntime() })
 	return rtVal, rtErr
 }
@@ -62,7 +62,7 @@ func loadRuntime() (*runtime, error) {
 // at all: no loader library, or no driver (ICD) that offers a device.
 var ErrNoVulkan = errors.New("vulkan unavailable")
 
-func newRuntime() (*runtime, error) {
+func newRuntime() (*vkRuntime, error) {
 	var cerr [512]C.char
 	gipa := C.px_load(&cerr[0], C.int(len(cerr)))
 	if gipa == nil {
@@ -74,7 +74,7 @@ func newRuntime() (*runtime, error) {
 	if err := vk.Init(); err != nil {
 		return nil, fmt.Errorf("%w: initialising the loader: %v", ErrNoVulkan, err)
 	}
-	rt := &runtime{gipa: gipa}
+	rt := &vkRuntime{gipa: gipa}
 	// Ask for the loader's version, at most 1.3 (the newest the structures
 	// in pxvk.h and the shaders need).
 	api := uint32(C.px_instance_version(gipa))
@@ -156,7 +156,7 @@ func versionString(v uint32) string {
 }
 
 // deviceExtensions lists a physical device's extension names, sorted.
-func deviceExtensions(rt *runtime, pd vk.PhysicalDevice) []string {
+func deviceExtensions(rt *vkRuntime, pd vk.PhysicalDevice) []string {
 	var n C.int
 	p := C.px_device_extensions((C.pxGetInstanceProcAddr)(rt.gipa), unsafe.Pointer(rt.instance), unsafe.Pointer(pd), &n)
 	if p == nil {

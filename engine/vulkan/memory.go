@@ -330,17 +330,6 @@ func (a *allocator) destroy() {
 	a.blocks = nil
 }
 
-// usedBytes is the memory held in blocks (for tests and reports).
-func (a *allocator) usedBytes() (held, free uint64) {
-	for _, b := range a.blocks {
-		held += b.size
-		for _, s := range b.free {
-			free += s.size
-		}
-	}
-	return held, free
-}
-
 func formatSize(n uint64) string {
 	switch {
 	case n >= 1<<30:

@@ -121,6 +121,10 @@ func (d *Device) attnForward(c fwdCall) error {
 	nblocks := (rows + tl.br - 1) / tl.br
 	S := max(c.splits, 1)
 	decode := c.lens != nil
+	if perSplit := dm.B * dm.Hq * dm.Lq * (3 + 2*dm.D) * 4; S > 1 {
+		// The partial states must fit one binding.
+		S = max(1, min(S, int(d.MaxTensorBytes())/max(perSplit, 1)))
+	}
 	partial := decode && S > 1
 	flags := flag(c.lse.r != d.dummy) | flag(c.vb.r != d.dummy)<<1 | flag(c.tb.r != d.dummy)<<2
 	pc := push(uint32(dm.B), uint32(dm.Hq), uint32(dm.Hkv), uint32(dm.G), uint32(dm.Lq), uint32(dm.Lk),

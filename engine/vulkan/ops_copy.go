@@ -8,15 +8,14 @@ import (
 // (shaders/copy.comp): element i of src, viewed as [d0, d1, d2, d3], lands
 // at dst[base + sum i_k s_k]. Equal dtypes move raw bits.
 
-const copyWG = 256
-
 func (d *Device) copyKernel(dst, src *engine.Tensor, n int, dims [4]int, strides [4]int, base int) error {
 	if n == 0 {
 		return nil
 	}
 	pc := push(uint32(n), uint32(dims[1]), uint32(dims[2]), uint32(dims[3]),
 		uint32(strides[0]), uint32(strides[1]), uint32(strides[2]), uint32(strides[3]), uint32(base))
-	return d.launch("copy", copyWG, nil, pc, d.strideGroups(n, copyWG), in(src), out(dst))
+	wg := d.flexWG()
+	return d.launch("copy", wg, nil, pc, d.strideGroups(n, wg), in(src), out(dst))
 }
 
 // Cast converts src to dst's dtype (a raw copy when they match); see

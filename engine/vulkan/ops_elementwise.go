@@ -18,7 +18,6 @@ const (
 	ewMuonMom     = 4
 	ewMuonApply   = 5
 	ewScaleBlocks = 6
-	ewWG          = 256
 )
 
 // elementwise records one elementwise kernel over n elements.
@@ -30,7 +29,8 @@ func (d *Device) elementwise(op uint32, n int, per int, flag bool, c [6]float32,
 		args = append(args, d.none())
 	}
 	pc := push(uint32(n), uint32(max(per, 1)), flag, c[0], c[1], c[2], c[3], c[4], c[5])
-	return d.launch("elementwise", ewWG, spec{1: op}, pc, d.strideGroups(n, ewWG), args...)
+	wg := d.flexWG()
+	return d.launch("elementwise", wg, spec{1: op}, pc, d.strideGroups(n, wg), args...)
 }
 
 // AddScaled computes out = alpha*a + beta*b; see engine.Ops.

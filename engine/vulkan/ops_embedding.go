@@ -18,7 +18,8 @@ func (d *Device) Embedding(o, table, ids *engine.Tensor) error {
 		return nil
 	}
 	pc := push(uint32(n), uint32(dim), uint32(v))
-	return d.launch("embedding", 256, nil, pc, d.strideGroups(n*dim, 256), in(table), in(ids), out(o), d.statusArg())
+	wg := d.flexWG()
+	return d.launch("embedding", wg, nil, pc, d.strideGroups(n*dim, wg), in(table), in(ids), out(o), d.statusArg())
 }
 
 // EmbeddingBackward accumulates dOut rows into dTable, deterministically

@@ -18,7 +18,8 @@ func (d *Device) HeadGate(o, x, z *engine.Tensor) error {
 	if n*dim == 0 {
 		return nil
 	}
-	return d.launch("gate", 256, spec{1: 0}, push(uint32(n), uint32(dim)), d.strideGroups(n*dim, 256),
+	wg := d.flexWG()
+	return d.launch("gate", wg, spec{1: 0}, push(uint32(n), uint32(dim)), d.strideGroups(n*dim, wg),
 		in(x), in(z), out(o), d.none(), d.none())
 }
 

@@ -23,5 +23,5 @@ func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o e
 		lg.write = true
 	}
 	pc := push(uint32(n), uint32(v), int(o.IgnoreIndex), o.GradScale, dLogits != nil)
-	return d.launch("cross_entropy", 256, nil, pc, d.groups1(n), lg, in(targets), out(loss), d.opt(dLogits, true), d.statusArg())
+	return d.launch("cross_entropy", d.flexWG(), nil, pc, d.groups1(n), lg, in(targets), out(loss), d.opt(dLogits, true), d.statusArg())
 }

@@ -1,6 +1,8 @@
 package vulkan
 
 import (
+	"fmt"
+
 	"github.com/parallax-engine/parallax/engine"
 )
 
@@ -8,13 +10,16 @@ import (
 // through shaders/reduce.comp in two deterministic stages (per-workgroup
 // partial sums, then one workgroup per segment combining them in order).
 
-const redWG = 256
-
 // tmp allocates a scratch region of n f32 values for the ops being
 // recorded. It may be released as soon as they are recorded: reuse of its
 // range is ordered after them.
 func (d *Device) tmp(n int) (*region, error) {
-	return d.mem.alloc(uint64(max(n, 1)) * 4)
+	bytes := uint64(max(n, 1)) * 4
+	if lim := uint64(d.MaxTensorBytes()); bytes > lim {
+		return nil, fmt.Errorf("vulkan: a scratch buffer of %s exceeds this device's limit of %s per binding (maxStorageBufferRange)",
+			formatSize(bytes), formatSize(lim))
+	}
+	return d.mem.alloc(bytes)
 }
 
 // reduceSegments sums f(x) (x^2 when square) over batch segments of per
@@ -25,7 +30,8 @@ func (d *Device) reduceSegments(x arg, batch, per int, square bool, fin uint32, 
 		return nil
 	}
 	// Partial sums: about 8 values per invocation each, at most 1024 parts.
-	parts := min(max((per+redWG*8-1)/(redWG*8), 1), 1024)
+	wg := d.flexWG()
+	parts := min(max((per+wg*8-1)/(wg*8), 1), 1024)
 	chunk := (per + parts - 1) / max(parts, 1)
 	if chunk == 0 {
 		chunk = 1
@@ -40,10 +46,10 @@ func (d *Device) reduceSegments(x arg, batch, per int, square bool, fin uint32, 
 		sq = 1
 	}
 	pc := push(uint32(per), uint32(parts), uint32(chunk), uint32(batch), accumulate, eps, count)
-	if err := d.launch("reduce", redWG, spec{1: 0, 2: sq, 3: fin}, pc, d.groups1(batch*parts), x, scratch(pr), res); err != nil {
+	if err := d.launch("reduce", wg, spec{1: 0, 2: sq, 3: fin}, pc, d.groups1(batch*parts), x, scratch(pr), res); err != nil {
 		return err
 	}
-	return d.launch("reduce", redWG, spec{1: 1, 2: sq, 3: fin}, pc, d.groups1(batch), x, scratch(pr), res)
+	return d.launch("reduce", wg, spec{1: 1, 2: sq, 3: fin}, pc, d.groups1(batch), x, scratch(pr), res)
 }
 
 // SumSquares writes (or adds) sum x^2 into out; see engine.Ops.

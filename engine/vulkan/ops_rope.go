@@ -70,5 +70,6 @@ func (d *Device) rope(op string, o, x, pos *engine.Tensor, theta, sign float32) 
 	freqs := arg{r: fr, size: fr.size, dt: engine.F32}
 	n := rows * dim / 2
 	pc := push(uint32(rows), uint32(l), uint32(dim/2), sign)
-	return d.launch("rope", 256, nil, pc, d.strideGroups(n, 256), in(x), out(o), in(pos), freqs)
+	wg := d.flexWG()
+	return d.launch("rope", wg, nil, pc, d.strideGroups(n, wg), in(x), out(o), in(pos), freqs)
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -172,7 +173,12 @@ func (p *pipelines) module(kernel string) (handle, error) {
 		PCode:    words,
 	}
 	var m vk.ShaderModule
-	if res := vk.CreateShaderModule(p.d.dev, ci, nil, &m); res != vk.Success {
+	res := vk.CreateShaderModule(p.d.dev, ci, nil, &m)
+	// The binding passes the Go slice of code words by pointer inside its C
+	// copy of the create info: keep it alive until the call returns.
+	runtime.KeepAlive(ci)
+	runtime.KeepAlive(words)
+	if res != vk.Success {
 		return 0, vkErr("vkCreateShaderModule "+name, res)
 	}
 	h := toHandle(m)
@@ -225,7 +231,9 @@ func (p *pipelines) layoutFor(n int) (layoutSet, error) {
 		}},
 	}
 	var pl vk.PipelineLayout
-	if res := vk.CreatePipelineLayout(d.dev, lci, nil, &pl); res != vk.Success {
+	res := vk.CreatePipelineLayout(d.dev, lci, nil, &pl)
+	runtime.KeepAlive(lci) // its PSetLayouts slice is passed by pointer
+	if res != vk.Success {
 		vk.DestroyDescriptorSetLayout(d.dev, vkOf[vk.DescriptorSetLayout](sh), nil)
 		return layoutSet{}, vkErr("vkCreatePipelineLayout", res)
 	}

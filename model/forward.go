@@ -355,3 +355,30 @@ func (m *Model) CORs() ([]float64, error) {
 	}
 	return out, nil
 }
+
+// GateMeans returns, per layer, the mean of the probe gate sigmoid(w_g . h)
+// over the tokens and heads of the last training Forward (ProbeGate models
+// only). The paper reports it settling near 0.26 under AdamW and near 1
+// under Muon.
+func (m *Model) GateMeans() ([]float64, error) {
+	a := m.last
+	if !m.Config.ProbeGate {
+		return nil, errors.New("gate: the model has no probe gate")
+	}
+	if a == nil || !a.Train {
+		return nil, errors.New("gate: needs a training Forward first")
+	}
+	out := make([]float64, m.Config.Layers)
+	for l := range out {
+		z, err := engine.Float32s(a.layers[l].gz)
+		if err != nil {
+			return nil, fmt.Errorf("gate layer %d: %w", l, err)
+		}
+		var s float64
+		for _, v := range z {
+			s += 1 / (1 + math.Exp(-float64(v)))
+		}
+		out[l] = s / float64(max(len(z), 1))
+	}
+	return out, nil
+}

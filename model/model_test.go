@@ -499,3 +499,36 @@ func TestBF16Compute(t *testing.T) {
 		t.Error("bf16 compute is far from f32")
 	}
 }
+
+// TestGateMeans: with the probe gate, the per-layer mean gate after a
+// training forward is a probability, and a model without the gate has none.
+func TestGateMeans(t *testing.T) {
+	const B, T = 2, 5
+	cfg := testConfig(AttentionParallax, false)
+	cfg.ProbeGate = true
+	m := newTestModel(t, cfg, 1)
+	tokens, targets := testBatch(cfg, B, T, 2)
+	if _, err := m.GateMeans(); err == nil {
+		t.Error("GateMeans before any Forward succeeded")
+	}
+	if _, err := m.Forward(tokens, targets, B, T); err != nil {
+		t.Fatal(err)
+	}
+	g, err := m.GateMeans()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g) != cfg.Layers {
+		t.Fatalf("%d gate means, want %d", len(g), cfg.Layers)
+	}
+	for l, v := range g {
+		// Small init: w_g . h is near 0, so the gate starts near 1/2.
+		if !(v > 0.3 && v < 0.7) {
+			t.Errorf("layer %d: mean gate %v, want about 0.5 at init", l, v)
+		}
+	}
+	plain := newTestModel(t, testConfig(AttentionParallax, false), 1)
+	if _, err := plain.GateMeans(); err == nil {
+		t.Error("GateMeans on a model without the gate succeeded")
+	}
+}

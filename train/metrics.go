@@ -22,6 +22,7 @@ type Record struct {
 	Tokens     int64     `json:"tokens,omitempty"`
 	ElapsedS   *float64  `json:"elapsed_s,omitempty"`
 	COR        []float64 `json:"cor,omitempty"`     // per layer, Parallax only
+	Gate       []float64 `json:"gate,omitempty"`    // per layer mean probe gate, with --probe-gate
 	Skipped    bool      `json:"skipped,omitempty"` // the step was skipped (non-finite loss or gradient)
 
 	Eval        bool        `json:"eval,omitempty"`

@@ -525,6 +525,11 @@ func (r *runner) stepParallel(buf, in, tgt []int32, wantCOR bool) (stepOut, erro
 		lossSum += st.Sum
 		count += st.Count
 		if wantCOR && micro == 0 && r.m.Config.Parallax() {
+			if r.m.Config.ProbeGate {
+				if out.gate, err = r.m.GateMeans(); err != nil {
+					return out, fmt.Errorf("step %d: %w", stepNo, err)
+				}
+			}
 			if out.cor, err = r.m.CORs(); err != nil {
 				return out, fmt.Errorf("step %d: %w", stepNo, err)
 			}

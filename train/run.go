@@ -706,6 +706,7 @@ func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 type stepOut struct {
 	loss, gradNorm float64
 	cor            []float64
+	gate           []float64 // per-layer mean probe gate (ProbeGate models)
 	skipped        bool
 }
 
@@ -754,6 +755,11 @@ func (r *runner) step(buf, in, tgt []int32, wantCOR bool) (stepOut, error) {
 		if wantCOR && micro == 0 && r.m.Config.Parallax() {
 			if out.cor, err = r.m.CORs(); err != nil {
 				return out, fmt.Errorf("step %d: %w", stepNo, err)
+			}
+			if r.m.Config.ProbeGate {
+				if out.gate, err = r.m.GateMeans(); err != nil {
+					return out, fmt.Errorf("step %d: %w", stepNo, err)
+				}
 			}
 		}
 		if err := r.m.Backward(float32(1 / float64(c.Accum))); err != nil {
@@ -887,7 +893,7 @@ func (r *runner) loop(ctx context.Context) (Result, error) {
 		res.Step, res.Loss = stepNo, out.loss
 		rec := Record{Step: stepNo, Loss: f(out.loss), LR: f(mainLR * factor), GradNorm: f(out.gradNorm),
 			TokensPerS: f(tps), Tokens: r.st.Tokens, ElapsedS: f(time.Since(start).Seconds()),
-			COR: out.cor, Skipped: out.skipped}
+			COR: out.cor, Gate: out.gate, Skipped: out.skipped}
 		if c.Optim.Name == OptMuon {
 			rec.LRAdamW = f(r.opt.Config().AdamW.LR * factor)
 		}

@@ -64,3 +64,5 @@ need_cmd glslc glslc
 # The Khronos validation layer: the Vulkan tests rerun the conformance suite
 # under it and fail on any validation error.
 [[ -e /usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json ]] || apt_install vulkan-validationlayers || say "without it the validation-layer test is skipped"
+# spirv-val: the shaders' tests validate every SPIR-V module with it.
+command -v spirv-val >/dev/null 2>&1 || apt_install spirv-tools || say "without it the SPIR-V validation test is skipped"

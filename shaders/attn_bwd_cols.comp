@@ -101,7 +101,7 @@ void main() {
 		}
 		barrier();
 		bool any = false;
-		for (uint r = 0u; r < BR; r++) {
+		PX_LOOP for (uint r = 0u; r < BR; r++) {
 			any = any || (max(sLo[r], j0) < min(sHi[r], j1));
 		}
 		if (!any) {
@@ -134,16 +134,16 @@ void main() {
 			float ds = 0.0, dt = 0.0, w = 0.0;
 			if (key < j1 && key >= sLo[r] && key < sHi[r]) {
 				float a = 0.0, s = 0.0, tt = 0.0;
-				for (uint x = 0u; x < D; x++) {
+				PX_LOOP for (uint x = 0u; x < D; x++) {
 					a += sG[r * D + x] * sV[j * D + x];
 				}
 				if (MODE == MODE_SOFTMAX) {
-					for (uint x = 0u; x < D; x++) {
+					PX_LOOP for (uint x = 0u; x < D; x++) {
 						s += sQ[r * D + x] * sK[j * D + x];
 					}
 				}
 				if (HAS_R != 0u) {
-					for (uint x = 0u; x < D; x++) {
+					PX_LOOP for (uint x = 0u; x < D; x++) {
 						tt += sR[r * D + x] * sK[j * D + x];
 					}
 				}
@@ -171,7 +171,7 @@ void main() {
 			if (e < BC * D) {
 				uint j = e / D, x = e % D;
 				float a1 = 0.0, a2 = 0.0;
-				for (uint r = 0u; r < BR; r++) {
+				PX_LOOP for (uint r = 0u; r < BR; r++) {
 					uint pe = r * BC + j;
 					if (MODE == MODE_SOFTMAX) {
 						a1 += sP[pe] * sQ[r * D + x];

@@ -106,7 +106,7 @@ void main() {
 	}
 	barrier();
 	uint kmin = n, kmax = 0u;
-	for (uint r = 0u; r < BR; r++) {
+	PX_LOOP for (uint r = 0u; r < BR; r++) {
 		if (sLo[r] < sHi[r]) {
 			kmin = min(kmin, sLo[r]);
 			kmax = max(kmax, sHi[r]);
@@ -131,16 +131,16 @@ void main() {
 			float ds = 0.0, dt = 0.0;
 			if (key >= sLo[r] && key < sHi[r]) {
 				float a = 0.0, s = 0.0, tt = 0.0;
-				for (uint x = 0u; x < D; x++) {
+				PX_LOOP for (uint x = 0u; x < D; x++) {
 					a += sG[r * D + x] * sV[j * D + x];
 				}
 				if (MODE == MODE_SOFTMAX) {
-					for (uint x = 0u; x < D; x++) {
+					PX_LOOP for (uint x = 0u; x < D; x++) {
 						s += sQ[r * D + x] * sK[j * D + x];
 					}
 				}
 				if (HAS_R != 0u && MODE == MODE_SOFTMAX) {
-					for (uint x = 0u; x < D; x++) {
+					PX_LOOP for (uint x = 0u; x < D; x++) {
 						tt += sR[r * D + x] * sK[j * D + x];
 					}
 				}
@@ -163,7 +163,7 @@ void main() {
 			if (e < BR * D) {
 				uint r = e / D, x = e % D;
 				float s1 = 0.0, s2 = 0.0;
-				for (uint j = 0u; j < BC; j++) {
+				PX_LOOP for (uint j = 0u; j < BC; j++) {
 					float kv = sK[j * D + x];
 					s1 += sP[r * BC + j] * kv;
 					s2 += sPT[r * BC + j] * kv;

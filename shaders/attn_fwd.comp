@@ -120,7 +120,7 @@ void main() {
 	}
 	barrier();
 	uint kmin = n, kmax = 0u;
-	for (uint r = 0u; r < BR; r++) {
+	PX_LOOP for (uint r = 0u; r < BR; r++) {
 		if (sLo[r] < sHi[r]) {
 			kmin = min(kmin, sLo[r]);
 			kmax = max(kmax, sHi[r]);
@@ -146,12 +146,12 @@ void main() {
 			if (key >= sLo[r] && key < sHi[r]) {
 				s = 0.0;
 				if (MODE == MODE_SOFTMAX) {
-					for (uint x = 0u; x < D; x++) {
+					PX_LOOP for (uint x = 0u; x < D; x++) {
 						s += sQ[r * D + x] * sK[j * D + x];
 					}
 				}
 				if (HAS_R != 0u) {
-					for (uint x = 0u; x < D; x++) {
+					PX_LOOP for (uint x = 0u; x < D; x++) {
 						tt += sR[r * D + x] * sK[j * D + x];
 					}
 				}
@@ -162,14 +162,14 @@ void main() {
 		barrier();
 		if (t < BR) {
 			float m = sM[t], mx = m;
-			for (uint j = 0u; j < BC; j++) {
+			PX_LOOP for (uint j = 0u; j < BC; j++) {
 				mx = max(mx, sP[t * BC + j]);
 			}
 			float alpha = 1.0;
 			if (mx != PX_NEG_INF) {
 				alpha = m == PX_NEG_INF ? 0.0 : exp(m - mx);
 				float d1 = sD1[t] * alpha, d2 = sD2[t] * alpha;
-				for (uint j = 0u; j < BC; j++) {
+				PX_LOOP for (uint j = 0u; j < BC; j++) {
 					uint e = t * BC + j;
 					float s = sP[e];
 					float p = s == PX_NEG_INF ? 0.0 : exp(s - mx);
@@ -183,7 +183,7 @@ void main() {
 				sD2[t] = d2;
 				sM[t] = mx;
 			} else {
-				for (uint j = 0u; j < BC; j++) {
+				PX_LOOP for (uint j = 0u; j < BC; j++) {
 					sP[t * BC + j] = 0.0;
 					sPT[t * BC + j] = 0.0;
 				}
@@ -196,7 +196,7 @@ void main() {
 			if (e < BR * D) {
 				uint r = e / D, x = e % D;
 				float s1 = 0.0, s2 = 0.0;
-				for (uint j = 0u; j < BC; j++) {
+				PX_LOOP for (uint j = 0u; j < BC; j++) {
 					float v = sV[j * D + x];
 					s1 += sP[r * BC + j] * v;
 					s2 += sPT[r * BC + j] * v;

@@ -16,6 +16,13 @@
 #ifndef PX_NO16
 #extension GL_EXT_shader_16bit_storage : require
 #endif
+#extension GL_EXT_control_flow_attributes : require
+
+// PX_LOOP marks inner loops over tile and head dimensions that must stay
+// loops: fully unrolled (their trip counts are specialization constants)
+// they made lavapipe's LLVM take up to a minute per pipeline. Loops over
+// register arrays (the accumulators) are left to unroll.
+#define PX_LOOP [[dont_unroll]]
 
 // Every kernel is one-dimensional: WG invocations per workgroup. WG is the
 // specialization constant the host sets together with the workgroup size

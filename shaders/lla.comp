@@ -73,7 +73,7 @@ void main() {
 	float m = PX_NEG_INF;
 	for (uint j = lo + t; j < hi; j += WG) {
 		float s = 0.0;
-		for (uint x = 0u; x < D; x++) {
+		PX_LOOP for (uint x = 0u; x < D; x++) {
 			s += sq[x] * K_ld((kvbase + j) * D + x);
 		}
 		m = max(m, pc.scale * s);
@@ -85,7 +85,7 @@ void main() {
 		uint nt = min(BC, hi - t0);
 		for (uint j = t; j < nt; j += WG) {
 			float s = 0.0;
-			for (uint x = 0u; x < D; x++) {
+			PX_LOOP for (uint x = 0u; x < D; x++) {
 				s += sq[x] * K_ld((kvbase + t0 + j) * D + x);
 			}
 			sw[j] = exp(pc.scale * s - m);
@@ -135,7 +135,7 @@ void main() {
 		for (uint it = 0u; it < pc.maxIter && rr > stop; it++) {
 			for (uint y = t; y < D; y += WG) {
 				float a = 0.0;
-				for (uint x = 0u; x < D; x++) {
+				PX_LOOP for (uint x = 0u; x < D; x++) {
 					a += sig[sbase + y * D + x] * sp[x];
 				}
 				su[y] = a;
@@ -168,7 +168,7 @@ void main() {
 		// Cholesky Sig = L L^T in place (lower triangle), then two
 		// triangular solves by one invocation.
 		float dmax = 0.0;
-		for (uint x = 0u; x < D; x++) {
+		PX_LOOP for (uint x = 0u; x < D; x++) {
 			dmax = max(dmax, sig[sbase + x * D + x]);
 		}
 		for (uint j = 0u; j < D; j++) {
@@ -233,7 +233,7 @@ void main() {
 		uint nt = min(BC, hi - t0);
 		for (uint j = t; j < nt; j += WG) {
 			float s = 0.0, rk = 0.0;
-			for (uint x = 0u; x < D; x++) {
+			PX_LOOP for (uint x = 0u; x < D; x++) {
 				float kx = K_ld((kvbase + t0 + j) * D + x);
 				s += sq[x] * kx;
 				rk += sx[x] * kx;

@@ -2,6 +2,8 @@ package shaders_test
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/parallax-engine/parallax/shaders"
@@ -44,6 +46,22 @@ func TestEmbedded(t *testing.T) {
 		}
 		if b, ok := shaders.SPIRV(v.Name); !ok || len(b) < 20 || b[0] != 0x03 || b[1] != 0x02 || b[2] != 0x23 || b[3] != 0x07 {
 			t.Errorf("variant %s: not SPIR-V (missing or bad magic)", v.Name)
+		}
+	}
+}
+
+// TestSPIRVValid runs spirv-val (SPIRV-Tools) on every embedded module when
+// it is installed: this is the only check the cooperative-matrix kernel
+// gets on machines without such hardware.
+func TestSPIRVValid(t *testing.T) {
+	val, err := exec.LookPath("spirv-val")
+	if err != nil {
+		t.Skip("spirv-val not installed (Debian: spirv-tools)")
+	}
+	for _, name := range shaders.Names() {
+		out, err := exec.Command(val, "--target-env", "vulkan1.1", filepath.Join("spv", name+".spv")).CombinedOutput()
+		if err != nil {
+			t.Errorf("spirv-val spv/%s.spv: %v\n%s", name, err, out)
 		}
 	}
 }

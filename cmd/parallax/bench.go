@@ -33,8 +33,8 @@ is reported.
   decode     --shape B,Hq,Hkv,L,D      one query per head over a KV cache of
                                        L entries; bytes of K and V read
 
-Known ceilings: NVIDIA H200 about 4.4 TB/s (decode's KV read) and 800
-TFLOP/s (bf16 matrix products, cuBLAS), measured on the GPU machine.
+Known ceilings: NVIDIA H200 about 4.4 TB/s (decode's KV read, cuDNN) and
+800 TFLOP/s (bf16 matrix products, cuBLAS), both measured.
 `
 
 const benchExamples = `

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/parallax-engine/parallax/assets"
-	"github.com/parallax-engine/parallax/engine"
 	"github.com/parallax-engine/parallax/model"
 	"github.com/parallax-engine/parallax/model/safetensors"
 	"github.com/parallax-engine/parallax/train"
@@ -71,15 +70,11 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 			ids = append(ids, v)
 		}
 	}
-	dev, err := engine.Open(*device)
+	dev, m, err := openModel(*dir, *device, *convert)
 	if err != nil {
 		return err
 	}
 	defer dev.Close()
-	m, err := model.Load(*dir, dev, model.LoadOptions{ConvertParallax: *convert})
-	if err != nil {
-		return err
-	}
 	defer m.Free()
 	if ids != nil {
 		return evalTokens(m, ids, *dump, *asJSON, stdout)

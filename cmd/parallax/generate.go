@@ -55,15 +55,11 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	dev, err := engine.Open(*device)
+	dev, m, err := openModel(*dir, *device, *convert)
 	if err != nil {
 		return err
 	}
 	defer dev.Close()
-	m, err := model.Load(*dir, dev, model.LoadOptions{ConvertParallax: *convert})
-	if err != nil {
-		return err
-	}
 	defer m.Free()
 	if tok.VocabSize() > m.Config.Vocab {
 		return fmt.Errorf("tokenizer in %s has %d tokens but the model only %d: they do not belong together", *dir, tok.VocabSize(), m.Config.Vocab)
@@ -128,4 +124,20 @@ func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 		return t2, nil
 	}
 	return nil, fmt.Errorf("no tokenizer in %s: %w", path, err)
+}
+
+// openModel opens the device and loads the checkpoint in dir onto it, as
+// Parallax with W_R = 0 when convert is set. The caller frees the model and
+// closes the device.
+func openModel(dir, device string, convert bool) (engine.Device, *model.Model, error) {
+	dev, err := engine.Open(device)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := model.Load(dir, dev, model.LoadOptions{ConvertParallax: convert})
+	if err != nil {
+		dev.Close()
+		return nil, nil, err
+	}
+	return dev, m, nil
 }

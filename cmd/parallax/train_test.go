@@ -15,15 +15,7 @@ import (
 // their input errors.
 func TestTrainGenerateEval(t *testing.T) {
 	dir := t.TempDir()
-	mc, err := model.PresetConfig("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc.Dim, mc.Layers, mc.Heads, mc.KVHeads, mc.HeadDim, mc.FFN = 32, 1, 2, 1, 16, 64
-	cfgPath := filepath.Join(dir, "config.json")
-	if err := model.WriteConfig(cfgPath, mc); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath := writeSmallConfig(t, dir)
 	text := strings.Repeat("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife.\n\n", 60)
 	textPath := filepath.Join(dir, "text.txt")
 	os.WriteFile(textPath, []byte(text), 0o644)
@@ -96,15 +88,7 @@ func TestTrainGenerateEval(t *testing.T) {
 // (W_R = 0 added) gives exactly the softmax model's logits.
 func TestConvertParallax(t *testing.T) {
 	dir := t.TempDir()
-	mc, err := model.PresetConfig("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc.Dim, mc.Layers, mc.Heads, mc.KVHeads, mc.HeadDim, mc.FFN = 32, 1, 2, 1, 16, 64
-	cfgPath := filepath.Join(dir, "config.json")
-	if err := model.WriteConfig(cfgPath, mc); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath := writeSmallConfig(t, dir)
 	textPath := filepath.Join(dir, "text.txt")
 	os.WriteFile(textPath, []byte(strings.Repeat("She was the youngest of the two daughters of a most affectionate father.\n\n", 60)), 0o644)
 	out := filepath.Join(dir, "run")
@@ -138,4 +122,20 @@ func TestConvertParallax(t *testing.T) {
 			t.Fatalf("logit %d: %v as softmax, %v converted to Parallax (want identical)", i, soft[i], conv[i])
 		}
 	}
+}
+
+// writeSmallConfig writes a one-layer model config (the tiny preset made
+// smaller) into dir and returns its path.
+func writeSmallConfig(t *testing.T, dir string) string {
+	t.Helper()
+	mc, err := model.PresetConfig("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc.Dim, mc.Layers, mc.Heads, mc.KVHeads, mc.HeadDim, mc.FFN = 32, 1, 2, 1, 16, 64
+	cfgPath := filepath.Join(dir, "config.json")
+	if err := model.WriteConfig(cfgPath, mc); err != nil {
+		t.Fatal(err)
+	}
+	return cfgPath
 }

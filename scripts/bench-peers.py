@@ -72,6 +72,7 @@ def bench_decode(out):
                     gbs = nbytes / (ms * 1e-3) / 1e9
                     print(f"{name:8} {G:3} {B:3} {L:6} {ms*1e3:10.2f} {gbs:8.0f} {100*gbs/4400:7.1f}%")
                     out({"bench": "decode", "peer": "sdpa-" + name, "G": G, "B": B, "L": L, "us": ms * 1e3, "gbs": gbs})
+                triton_decode(G, B, L, D, Hkv, nbytes, out)
                 del q, k, v
                 torch.cuda.empty_cache()
         sys.stdout.flush()
@@ -107,20 +108,53 @@ def bench_prefill(out):
         sys.stdout.flush()
 
 
-def triton_prefill(B, H, L, D, out):
-    """The authors' Triton Parallax kernels, if peers/ holds them."""
+def peer_triton():
+    """The authors' Triton package from peers/Parallax, or None."""
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "peers", "Parallax")
     if not os.path.isdir(root):
-        return
-    sys.path.insert(0, root)
+        return None
+    if root not in sys.path:
+        sys.path.insert(0, root)
     try:
-        from parallax.triton import parallax_func  # noqa: E402
+        import parallax.triton as pt  # noqa: E402
     except Exception as e:
         print(f"triton   peers/Parallax present but not importable: {e}")
+        return None
+    return pt
+
+
+def triton_decode(G, B, L, D, Hkv, nbytes, out):
+    """The authors' Triton Parallax decode (heads-last layout, one query)."""
+    pt = peer_triton()
+    if pt is None:
         return
-    q, k, v = (torch.randn(B * H, L, D, device=DEV, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-    r = (torch.randn(B * H, L, D, device=DEV, dtype=torch.bfloat16) / math.sqrt(D)).requires_grad_()
-    g = torch.randn(B * H, L, D, device=DEV, dtype=torch.bfloat16)
+    Hq = G * Hkv
+    q = torch.randn(B, 1, Hq, D, device=DEV, dtype=torch.bfloat16)
+    r = torch.randn(B, 1, Hq, D, device=DEV, dtype=torch.bfloat16) / math.sqrt(D)
+    k = torch.randn(B, L, Hkv, D, device=DEV, dtype=torch.bfloat16)
+    v = torch.randn(B, L, Hkv, D, device=DEV, dtype=torch.bfloat16)
+    try:
+        fn = lambda: pt.parallax_decode(q, r, k, v)
+        fn()
+        ms = median_ms(fn, flush=True)
+    except Exception as e:
+        print(f"triton   {G:3} {B:3} {L:6} failed: {str(e).splitlines()[0][:80]}")
+        return
+    gbs = nbytes / (ms * 1e-3) / 1e9
+    print(f"{'triton':8} {G:3} {B:3} {L:6} {ms*1e3:10.2f} {gbs:8.0f} {100*gbs/4400:7.1f}%  (authors' Parallax decode)")
+    out({"bench": "decode", "peer": "authors-triton-parallax", "G": G, "B": B, "L": L, "us": ms * 1e3, "gbs": gbs})
+
+
+def triton_prefill(B, H, L, D, out):
+    """The authors' Triton Parallax kernels, if peers/ holds them."""
+    pt = peer_triton()
+    if pt is None:
+        return
+    parallax_func = pt.parallax_func
+    # Their parallax_func takes (B, H, L, D) like SDPA; always causal.
+    q, k, v = (torch.randn(B, H, L, D, device=DEV, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    r = (torch.randn(B, H, L, D, device=DEV, dtype=torch.bfloat16) / math.sqrt(D)).requires_grad_()
+    g = torch.randn(B, H, L, D, device=DEV, dtype=torch.bfloat16)
     try:
         f = lambda: parallax_func(q, r, k, v)
         def fb():

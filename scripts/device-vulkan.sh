@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# One device run of the Vulkan backend on an NVIDIA GPU machine (from the
+# repository root): the device report, the conformance suite on both
+# matrix paths (cooperative matrix and scalar), the package tests with
+# PARALLAX_REQUIRE_VULKAN=1, and the decode / prefill benchmarks.
+# Binaries are built beforehand on a machine with Go:
+#
+#   go build -o bin/parallax ./cmd/parallax
+#   CGO_ENABLED=1 go test -c -o bin/vulkan.test ./engine/vulkan
+#
+# The GPU image may lack the Vulkan loader: a .gl/ folder of Debian packages
+# (libvulkan1 and the GL vendor-neutral libraries) is unpacked first when
+# present. Usage: scripts/device-vulkan.sh [test] [bench] [prefill]
+# (default: all). Logs go to $OUT (default /tmp/vulkan-out).
+set -uo pipefail
+OUT=${OUT:-/tmp/vulkan-out}
+mkdir -p "$OUT"
+if [[ -d .gl ]] && ! ldconfig -p | grep -q libvulkan.so.1; then
+	for f in .gl/*.deb; do dpkg -x "$f" /; done
+	ldconfig
+fi
+[[ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]] && export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
+export PARALLAX_REQUIRE_VULKAN=1
+steps=${*:-test bench prefill}
+t0=$(date +%s)
+dev=${DEV:-vulkan:0}
+if [[ $steps == *test* ]]; then
+	echo "== parallax devices"
+	./bin/parallax devices 2>&1 | tee "$OUT/devices.txt" | head -${DEV_LINES:-40}
+	for path in coopmat scalar; do
+		env=""
+		[[ $path == scalar ]] && env="PARALLAX_VULKAN_COOPMAT=0"
+		echo "== conformance $dev ($path)"
+		env $env timeout 300 ./bin/parallax conformance --device "$dev" --dtype f32,bf16,f16 --json >"$OUT/conformance-$path.json" 2>"$OUT/conformance-$path.err"
+		echo "exit $?"
+		python3 - "$OUT/conformance-$path.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+bad = [r for r in rows if not r.get("pass")]
+print(f"cases {len(rows)} failed {len(bad)}")
+for r in bad[:20]:
+    print("FAIL", r)
+worst = {}
+for r in rows:
+    fam = r.get("op", "?") + "/" + r.get("dtype", "?")
+    e = r.get("max_rel_error") or 0
+    if fam not in worst or e > worst[fam][0]:
+        worst[fam] = (e, r.get("tolerance"))
+for k in sorted(worst):
+    print(f"  {k:40} {worst[k][0]:.2e} / {worst[k][1]:.2e}")
+PY
+		tail -3 "$OUT/conformance-$path.err"
+	done
+	echo "== go test ./engine/vulkan"
+	timeout 300 ./bin/vulkan.test -test.v -test.timeout 290s >"$OUT/vulkan-test.log" 2>&1
+	echo "exit $? pass $(grep -c -- '--- PASS' "$OUT/vulkan-test.log") fail $(grep -c -- '--- FAIL' "$OUT/vulkan-test.log") skip $(grep -c -- '--- SKIP' "$OUT/vulkan-test.log")"
+	grep -E -- '--- (FAIL|SKIP)' "$OUT/vulkan-test.log" | head -20
+	echo "$(($(date +%s) - t0)) s so far"
+fi
+if [[ $steps == *bench* ]]; then
+	echo "== decode (bf16 K/V, D 128, Hkv 8)"
+	for G in 2 4; do
+		for B in 1 8 32 64; do
+			for L in 1024 4096 16384; do
+				./bin/parallax bench decode --device "$dev" --dtype ${DECODE_DTYPE:-bf16} --shape $B,$((8 * G)),8,$L,128 --iters ${ITERS:-10} 2>&1 | tail -1 | sed "s/^/G$G B$B L$L  /"
+			done
+		done
+	done 2>&1 | tee "$OUT/decode.txt"
+fi
+if [[ $steps == *prefill* ]]; then
+	echo "== prefill (bf16, causal)"
+	for s in 8,16,4096,128 1,16,16384,128 8,16,4096,64; do
+		for bw in "" --backward; do
+			for sm in "" --softmax; do
+				./bin/parallax bench attention --device "$dev" --dtype bf16 --shape $s $bw $sm --iters ${PITERS:-3} 2>&1 | tail -1 | sed "s/^/$s $bw $sm  /"
+			done
+		done
+	done 2>&1 | tee "$OUT/prefill.txt"
+fi
+echo "total $(($(date +%s) - t0)) s"

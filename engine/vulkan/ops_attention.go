@@ -2,6 +2,7 @@ package vulkan
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/parallax-engine/parallax/engine"
 )
@@ -187,6 +188,9 @@ func (d *Device) DecodeAttention(a engine.DecodeArgs) error {
 	}
 	dims := engine.AttnDims{B: dd.B, Hq: dd.Hq, Hkv: dd.Hkv, G: dd.G, Lq: dd.Lq, Lk: dd.Cap, D: dd.D,
 		Offset: dd.Cap - dd.Lq, Scale: dd.Scale, Causal: true, Window: dd.Window}
+	if tl, ok := d.planDecode(dims, a); ok {
+		return d.decodeFast(dims, tl, a)
+	}
 	splits := a.Splits
 	if splits == 0 {
 		splits = d.decodeSplits(dims)
@@ -196,6 +200,106 @@ func (d *Device) DecodeAttention(a engine.DecodeArgs) error {
 		o: out(a.O), lse: d.none(), vb: d.none(), tb: d.none(),
 		mode: modeSoftmax, hasR: a.R != nil, lens: a.Lens, splits: splits,
 	})
+}
+
+// decodeTiles are attn_decode's sizes: rp rows (padded) and bc keys per
+// tile; the workgroup has 2 bc invocations.
+type decodeTiles struct{ rp, bc int }
+
+// Subgroup operation bits (VkSubgroupFeatureFlagBits) and the compute
+// stage bit.
+const (
+	subgroupBasic      = 0x1
+	subgroupArithmetic = 0x4
+	stageCompute       = 0x20
+)
+
+// planDecode says whether attn_decode (the bandwidth kernel) serves this
+// decode and with which tiles: at most 8 query rows per KV head (G Lq),
+// K and V of one dtype, a power-of-two head dimension whose rows are
+// whole 16-byte pieces, subgroup arithmetic in compute shaders and the
+// shared memory for at least 16-key tiles. Everything else takes the
+// general attn_fwd path. PARALLAX_VULKAN_DECODE=generic forces that path.
+func (d *Device) planDecode(dm engine.AttnDims, a engine.DecodeArgs) (decodeTiles, bool) {
+	if os.Getenv("PARALLAX_VULKAN_DECODE") == "generic" {
+		return decodeTiles{}, false
+	}
+	rows := dm.G * dm.Lq
+	x := &d.pd.x
+	if rows > 8 || a.KCache.DType() != a.VCache.DType() || dm.D&(dm.D-1) != 0 || dm.D < 8 ||
+		uint32(x.subgroupOps)&(subgroupBasic|subgroupArithmetic) != subgroupBasic|subgroupArithmetic ||
+		uint32(x.subgroupStages)&stageCompute == 0 {
+		return decodeTiles{}, false
+	}
+	h16 := a.KCache.DType() != engine.F32
+	nw := dm.D
+	if h16 {
+		nw = dm.D / 2
+	}
+	if nw%4 != 0 {
+		return decodeTiles{}, false
+	}
+	rp := 4
+	if rows > 4 {
+		rp = 8
+	}
+	minSG := int(x.subgroupSize)
+	if x.minSubgroupSize != 0 {
+		minSG = min(minSG, int(x.minSubgroupSize))
+	}
+	limit := int(d.pd.lim.maxSharedMemory) - 256
+	maxWG := min(int(d.pd.lim.maxGroupInvocations), int(d.pd.lim.maxGroupSize[0]))
+	for bc := 64; bc >= 16; bc /= 2 {
+		wg, nv := 2*bc, 2*rp
+		shared := 4 * (dm.D*nv + bc*(nw+1) + bc*nw + bc*nv + bc*rp + 16*rp)
+		if wg > maxWG || shared > limit || minSG < 1 || wg/minSG > 16 || wg%minSG != 0 ||
+			(bc*(nw+1)+bc*nw)/(dm.D*nv) < 1 || (nw < wg && wg%nw != 0) || (nw > wg && nw%wg != 0) {
+			continue
+		}
+		return decodeTiles{rp: rp, bc: bc}, true
+	}
+	return decodeTiles{}, false
+}
+
+// decodeFast runs attn_decode: Splits chunks of each (sequence, KV head)'s
+// keys (0: enough for about 1024 workgroups, at least two tiles each),
+// then attn_combine when there is more than one.
+func (d *Device) decodeFast(dm engine.AttnDims, tl decodeTiles, a engine.DecodeArgs) error {
+	if dm.B*dm.Hkv == 0 {
+		return nil
+	}
+	items := dm.B * dm.Hkv
+	S := a.Splits
+	if S == 0 {
+		S = max(1, min((1024+items-1)/items, dm.Lk/(2*tl.bc), 256))
+	}
+	if perSplit := dm.B * dm.Hq * dm.Lq * (3 + 2*dm.D) * 4; S > 1 {
+		S = max(1, min(S, int(d.MaxTensorBytes())/max(perSplit, 1)))
+	}
+	partial := S > 1
+	pc := push(uint32(dm.B), uint32(dm.Hq), uint32(dm.Hkv), uint32(dm.G), uint32(dm.Lq), uint32(dm.Lk),
+		true, uint32(dm.Window), dm.Scale, uint32(S), uint32(1), uint32(0))
+	hasR := a.R != nil
+	sp := spec{1: uint32(dm.D), 2: uint32(tl.rp), 3: uint32(tl.bc), 5: flag(hasR), 7: flag(partial)}
+	part := d.none()
+	if partial {
+		pr, err := d.tmp(dm.B * dm.Hq * dm.Lq * S * (3 + 2*dm.D))
+		if err != nil {
+			return err
+		}
+		defer d.mem.release(pr)
+		part = scratch(pr)
+	}
+	o := out(a.O)
+	if err := d.launch("attn_decode", 2*tl.bc, sp, pc, d.groups1(items*S),
+		in(a.Q), in(a.KCache), in(a.VCache), d.opt(a.R, false), o, in(a.Lens), part, d.statusArg()); err != nil {
+		return err
+	}
+	if !partial {
+		return nil
+	}
+	part.write = false
+	return d.launch("attn_combine", 64, spec{1: uint32(dm.D), 5: flag(hasR)}, pc, d.groups1(dm.B*dm.Hq*dm.Lq), part, o, in(a.Lens))
 }
 
 // decodeSplits chooses the split count when the caller leaves it to us:

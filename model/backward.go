@@ -15,7 +15,8 @@ import (
 //
 // It is the forward read in reverse: the head and final norm, then each
 // block from the last to the first (MLP, then attention), then the
-// embedding. The logits buffer is reused for dLogits.
+// embedding. The logits buffer is reused for dLogits. A hook set by
+// SetGradHook is called as each group of gradients becomes final.
 func (m *Model) Backward(lossScale float32) error {
 	a := m.last
 	switch {
@@ -49,14 +50,17 @@ func (m *Model) Backward(lossScale float32) error {
 	a.logitsGone = true
 	r.linearBackward(g.dln, hw.G, a.logits, a.lnf, hw.W, false)
 	r.rmsnormBackward(g.dres, m.Norm.G, g.dln, a.res[c.Layers], m.Norm.W, a.lnfRstd)
+	m.gradsReady(r, 0) // the final norm's and the untied head's
 
 	for l := c.Layers - 1; l >= 0; l-- {
 		r.where = fmt.Sprintf("layer %d", l)
 		m.blockBackward(r, l, a, a.res[l])
+		m.gradsReady(r, c.Layers-l)
 	}
 
 	r.where = "embedding"
 	r.embeddingBackward(m.Embed.G, a.ids, g.dres)
+	m.gradsReady(r, c.Layers+1)
 	if r.err != nil {
 		return fmt.Errorf("backward: %w", r.err)
 	}

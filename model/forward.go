@@ -227,6 +227,9 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 		r.decodeAttention(engine.DecodeArgs{Q: la.qh, R: la.rh, KCache: cache.K[l], VCache: cache.V[l],
 			Lens: cache.lens, O: la.att})
 	}
+	if m.inspect != nil && cache != nil {
+		m.inspect.capture(r, l, a, la, cache)
+	}
 
 	r.swap(la.attT, la.att)
 	r.copy(la.mid, x)

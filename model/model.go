@@ -98,10 +98,16 @@ type Model struct {
 
 	params []*Param
 
+	// gradHook and gradGroups: see SetGradHook.
+	gradHook   func(ps []*Param) error
+	gradGroups [][]*Param
+
 	train  *Activations // per-layer buffers of the last training forward
 	infer  *Activations // shared-layer buffers for inference forwards
 	decode *Activations // inference buffers of the last decode step shape
 	last   *Activations // the buffers of the last Forward (for Backward)
+
+	inspect *Inspector // records what a viewer needs during Step (NewInspector)
 }
 
 // Options modify New.

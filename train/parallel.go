@@ -24,10 +24,15 @@ import (
 //     r*b .. r*b+b-1, b = Batch/ranks), so N ranks see exactly the batches
 //     one process would, and the sampler's state (one for the whole job)
 //     resumes at any number of ranks.
-//   - Gradients: reduced after the backward pass, in buckets (one NCCL
-//     group each): the model's backward gives no per-layer signal to start
-//     reducing a layer while the earlier ones still compute, so there is no
-//     overlap of communication with the backward pass yet.
+//   - Gradients: averaged in buckets of about ParallelOptions.BucketBytes
+//     (an all-reduce, and a reduce onto owners, each one NCCL group), the
+//     parameters taken in the order the
+//     backward pass finalises their gradients (model.GradOrder: the last
+//     layer first). On the last micro-batch of a step the model's gradient
+//     hook starts each bucket's reduction as soon as its gradients are
+//     final, so communication overlaps the rest of the backward pass
+//     (NCCL: on a second stream; TCP: the exchange on a goroutine);
+//     ReduceGrads starts what is left and waits for all of it.
 //   - Distributed Muon (spec/training.md section 2.8): the Muon matrices
 //     are sorted by size and dealt round-robin to the ranks. A matrix's
 //     gradient is reduced onto its owner only, which alone keeps its
@@ -45,7 +50,7 @@ import (
 // ParallelOptions modify NewParallelOptimizer.
 type ParallelOptions struct {
 	ZeRO        bool  // shard the AdamW state over the ranks too (ZeRO-1)
-	BucketBytes int64 // gradients per reduction call; 0 means DefaultBucketBytes
+	BucketBytes int64 // gradient bytes per bucket; 0 means DefaultBucketBytes
 }
 
 // DefaultBucketBytes is the default gradient bucket: 25 MiB, as PyTorch's
@@ -59,6 +64,18 @@ type optParallel struct {
 	zero   bool
 	bucket int64
 	owner  map[*model.Param]int // the rank that updates the parameter; -1: every rank
+
+	// The gradient buckets, in reduction order, and the reduction of the
+	// current step: left[i] counts bucket i's parameters whose gradients
+	// the armed backward has not yet finalised; buckets start in index
+	// order (next is the first not started), which is the same on every
+	// rank whatever the hook's grouping.
+	buckets  [][]*model.Param
+	bucketOf map[*model.Param]int
+	left     []int
+	next     int
+	armed    bool
+	pending  []dist.Pending
 }
 
 // NewParallelOptimizer is NewOptimizer for one rank of a data-parallel job
@@ -71,8 +88,127 @@ func NewParallelOptimizer(dev engine.Device, params []*model.Param, cfg OptimCon
 	if o.BucketBytes <= 0 {
 		o.BucketBytes = DefaultBucketBytes
 	}
-	return newOptimizer(dev, params, cfg, &optParallel{comm: comm, rank: comm.Rank(), zero: o.ZeRO,
-		bucket: o.BucketBytes, owner: map[*model.Param]int{}})
+	par := &optParallel{comm: comm, rank: comm.Rank(), zero: o.ZeRO,
+		bucket: o.BucketBytes, owner: map[*model.Param]int{}}
+	opt, err := newOptimizer(dev, params, cfg, par)
+	if err != nil {
+		return nil, err
+	}
+	par.makeBuckets(params)
+	return opt, nil
+}
+
+// makeBuckets cuts order into consecutive buckets of at most p.bucket
+// bytes of gradients (a larger tensor goes alone).
+func (p *optParallel) makeBuckets(order []*model.Param) {
+	p.buckets, p.bucketOf = nil, map[*model.Param]int{}
+	var cur []*model.Param
+	size := int64(0)
+	for _, q := range order {
+		b := int64(q.W.Bytes()) // the gradient's size: both are f32
+		if len(cur) > 0 && size+b > p.bucket {
+			p.buckets = append(p.buckets, cur)
+			cur, size = nil, 0
+		}
+		p.bucketOf[q] = len(p.buckets)
+		cur = append(cur, q)
+		size += b
+	}
+	if len(cur) > 0 {
+		p.buckets = append(p.buckets, cur)
+	}
+	p.left = make([]int, len(p.buckets))
+	p.resetReduce()
+}
+
+// resetReduce prepares the next step's reduction.
+func (p *optParallel) resetReduce() {
+	for i, b := range p.buckets {
+		p.left[i] = len(b)
+	}
+	p.next, p.armed, p.pending = 0, false, p.pending[:0]
+}
+
+// OverlapBackward makes the gradient reduction overlap m's backward pass
+// (m holds this optimizer's parameters): the buckets are re-cut in the
+// order in which m.Backward finalises the gradients, and m's gradient hook
+// is set to start a bucket's reduction as soon as its gradients are final,
+// during a backward pass armed by ArmReduce. A no-op in one process.
+func (o *Optimizer) OverlapBackward(m *model.Model) {
+	p := o.par
+	if p == nil {
+		return
+	}
+	var order []*model.Param
+	seen := map[*model.Param]bool{}
+	for _, grp := range m.GradOrder() {
+		for _, q := range grp {
+			if _, ok := p.owner[q]; ok && !seen[q] {
+				order = append(order, q)
+				seen[q] = true
+			}
+		}
+	}
+	// Parameters the model does not list never become final through the
+	// hook: they go last, reduced by ReduceGrads.
+	for _, q := range o.params {
+		if !seen[q] {
+			order = append(order, q)
+		}
+	}
+	p.makeBuckets(order)
+	m.SetGradHook(p.gradsReady)
+}
+
+// ArmReduce makes the next backward pass start the gradient reduction (see
+// OverlapBackward): call it before the last micro-batch's Backward of a
+// step, since only then are the gradients final. ReduceGrads ends it. A
+// no-op in one process.
+func (o *Optimizer) ArmReduce() {
+	if o.par != nil {
+		o.par.resetReduce()
+		o.par.armed = true
+	}
+}
+
+// gradsReady is the model's gradient hook: it starts every bucket, in
+// order, whose gradients are all final.
+func (p *optParallel) gradsReady(ps []*model.Param) error {
+	if !p.armed {
+		return nil
+	}
+	for _, q := range ps {
+		if i, ok := p.bucketOf[q]; ok {
+			p.left[i]--
+		}
+	}
+	for p.next < len(p.buckets) && p.left[p.next] <= 0 {
+		p.start(p.next)
+		p.next++
+	}
+	return nil
+}
+
+// start starts bucket i's reduction: the gradients every rank holds are
+// all-reduced, the owned ones reduced onto their owners. Errors surface
+// when waiting.
+func (p *optParallel) start(i int) {
+	var all, owned []*engine.Tensor
+	var roots []int
+	for _, q := range p.buckets[i] {
+		if r := p.owner[q]; r < 0 {
+			all = append(all, q.G)
+		} else {
+			owned = append(owned, q.G)
+			roots = append(roots, r)
+		}
+	}
+	if len(all) > 0 {
+		p.pending = append(p.pending, p.comm.StartAllReduce(dist.Avg, all...))
+	}
+	if len(owned) > 0 {
+		p.pending = append(p.pending, p.comm.StartReduce(dist.Avg, roots, owned...))
+	}
 }
 
 // assign deals the parameters to their owners: the Muon matrices sorted by
@@ -157,31 +293,30 @@ func buckets(ts []*engine.Tensor, roots []int, limit int64, f func(ts []*engine.
 // ReduceGrads averages the gradients over the ranks: every rank's
 // parameters are all-reduced; an owned parameter's gradient is reduced
 // onto its owner only (elsewhere it is undefined afterwards, and nothing
-// reads it). A no-op in one process.
+// reads it). It starts the buckets an armed backward pass has not started
+// (all of them without one), in order, and waits for every bucket. Every
+// rank calls it once per step, before any other collective of the step,
+// since the ranks must issue the same collectives in the same order. A
+// no-op in one process.
 func (o *Optimizer) ReduceGrads() error {
-	if o.par == nil {
+	p := o.par
+	if p == nil {
 		return nil
 	}
-	var all, owned []*engine.Tensor
-	var roots []int
-	for _, p := range o.params {
-		if r := o.par.owner[p]; r < 0 {
-			all = append(all, p.G)
-		} else {
-			owned = append(owned, p.G)
-			roots = append(roots, r)
+	for p.next < len(p.buckets) {
+		p.start(p.next)
+		p.next++
+	}
+	var first error
+	for _, w := range p.pending {
+		// Wait for each even after an error: none must stay in flight.
+		if err := w.Wait(); err != nil && first == nil {
+			first = err
 		}
 	}
-	c := o.par.comm
-	if err := buckets(all, nil, o.par.bucket, func(ts []*engine.Tensor, _ []int) error {
-		return c.AllReduce(dist.Avg, ts...)
-	}); err != nil {
-		return fmt.Errorf("gradient all-reduce: %w", err)
-	}
-	if err := buckets(owned, roots, o.par.bucket, func(ts []*engine.Tensor, rs []int) error {
-		return c.Reduce(dist.Avg, rs, ts...)
-	}); err != nil {
-		return fmt.Errorf("gradient reduce: %w", err)
+	p.resetReduce()
+	if first != nil {
+		return fmt.Errorf("gradient reduction: %w", first)
 	}
 	return nil
 }
@@ -452,6 +587,7 @@ func (r *runner) newOptimizer() (*Optimizer, error) {
 	if err != nil {
 		return nil, err
 	}
+	o.OverlapBackward(r.m)
 	if r.leader() {
 		mode := "gradient all-reduce"
 		if r.cfg.Optim.Name == OptMuon {
@@ -534,11 +670,22 @@ func (r *runner) stepParallel(buf, in, tgt []int32, wantCOR bool) (stepOut, erro
 				return out, fmt.Errorf("step %d: %w", stepNo, err)
 			}
 		}
+		if micro == c.Accum-1 {
+			r.opt.ArmReduce() // the gradients become final in this backward
+		}
 		if err := r.m.Backward(float32(1 / float64(c.Accum))); err != nil {
 			return out, fmt.Errorf("step %d: %w", stepNo, err)
 		}
 	}
 	g.Progress(int64(3*stepNo-1), fmt.Sprintf("step %d: gradient reduction", stepNo))
+	// Finish the reduction the backward started before the vote below: the
+	// ranks must issue their collectives in the same order, and a rank
+	// whose loss was not finite skipped its backward (it starts every
+	// bucket here; the step is then skipped or fails, its gradients
+	// unused).
+	if err := r.opt.ReduceGrads(); err != nil {
+		return out, fmt.Errorf("step %d: %w", stepNo, err)
+	}
 	vote := 0.0
 	if p.ctx != nil && p.ctx.Err() != nil {
 		vote = 1
@@ -563,9 +710,6 @@ func (r *runner) stepParallel(buf, in, tgt []int32, wantCOR bool) (stepOut, erro
 			return out, nil
 		}
 		return out, e
-	}
-	if err := r.opt.ReduceGrads(); err != nil {
-		return out, fmt.Errorf("step %d: %w", stepNo, err)
 	}
 	gn, err := r.opt.GlobalGradNorm(r.acc)
 	if err != nil {

@@ -103,7 +103,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	nproc := fs.Int("nproc-per-node", 0, "data parallel: start this many ranks on this node, one per GPU")
 	fs.StringVar(&cfg.Comm, "comm", "auto", "data parallel collectives: auto (NCCL on CUDA GPUs, else TCP), nccl or tcp")
 	fs.BoolVar(&cfg.ZeRO, "zero", false, "data parallel: shard the optimizer state over the ranks (ZeRO-1)")
-	fs.Float64Var(&cfg.BucketMB, "bucket-mb", 25, "data parallel: gradient bucket size in MiB")
+	fs.Float64Var(&cfg.BucketMB, "bucket-mb", 25, "data parallel: gradient bucket size in MiB; each bucket is reduced as soon as the backward pass has finished its gradients")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -167,6 +167,8 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	switch {
 	case cfg.Comm != "auto" && cfg.Comm != "nccl" && cfg.Comm != "tcp":
 		return usagef("--comm %q: want auto, nccl or tcp", cfg.Comm)
+	case !(cfg.BucketMB >= 0 && cfg.BucketMB <= 1<<20): // also refuses NaN
+		return usagef("--bucket-mb %g: want a size in MiB from 0 to 1048576 (0: the default, 25)", cfg.BucketMB)
 	case *nproc < 0:
 		return usagef("--nproc-per-node %d must be >= 1", *nproc)
 	case *nproc > 1:

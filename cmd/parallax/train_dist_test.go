@@ -102,4 +102,8 @@ func TestTrainNprocPerNode(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, `--comm "mpi"`) {
 		t.Errorf("--comm mpi: exit %d, %s", code, stderr)
 	}
+	code, _, stderr = runCLI(t, "train", "--nproc-per-node", "2", "--bucket-mb", "-1", "--out", filepath.Join(dir, "x"))
+	if code != 2 || !strings.Contains(stderr, "--bucket-mb -1") {
+		t.Errorf("--bucket-mb -1: exit %d, %s", code, stderr)
+	}
 }

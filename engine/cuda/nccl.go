@@ -107,6 +107,11 @@ type NCCL struct {
 	// Close is releasing. Collectives do not take it: one may block on a
 	// dead peer, and Abort is what unblocks it.
 	life sync.RWMutex
+	// side is the second stream of StartAllReduce and StartReduce (nil
+	// until first used); sideBusy: it has work the device's stream has not
+	// joined (nccl_async.go).
+	side     *sideStream
+	sideBusy bool
 }
 
 const (
@@ -199,7 +204,19 @@ func (c *NCCL) check(what string, t *engine.Tensor) (C.int, error) {
 	return dt, nil
 }
 
+// run enqueues ops on the device's stream, after whatever was started on
+// the second stream, so that the collectives run in the order they were
+// called.
 func (c *NCCL) run(what string, ops []C.pxnccl_op) error {
+	if c.sideBusy && len(ops) > 0 {
+		if err := c.Join(); err != nil {
+			return err
+		}
+	}
+	return c.runOn(c.d.stream, what, ops)
+}
+
+func (c *NCCL) runOn(stream C.CUstream, what string, ops []C.pxnccl_op) error {
 	if err := c.usable(what); err != nil {
 		return err
 	}
@@ -207,22 +224,31 @@ func (c *NCCL) run(what string, ops []C.pxnccl_op) error {
 		return nil
 	}
 	var failed C.int
-	if r := C.pxnccl_run(c.d.ctx, c.comm, c.d.stream, &ops[0], C.int(len(ops)), &failed); r != 0 {
+	if r := C.pxnccl_run(c.d.ctx, c.comm, stream, &ops[0], C.int(len(ops)), &failed); r != 0 {
 		return ncclError(fmt.Sprintf("%s (op %d of %d)", what, int(failed), len(ops)), r, c.comm)
 	}
 	return nil
 }
 
-// inPlace builds one in-place op per tensor (all-reduce, reduce, broadcast).
+// inPlace runs one in-place op per tensor (all-reduce, reduce, broadcast).
 func (c *NCCL) inPlace(what string, kind int, avg bool, roots []int, ts []*engine.Tensor) error {
+	ops, err := c.inPlaceOps(what, kind, avg, roots, ts)
+	if err != nil {
+		return err
+	}
+	return c.run(what, ops)
+}
+
+// inPlaceOps builds inPlace's ops.
+func (c *NCCL) inPlaceOps(what string, kind int, avg bool, roots []int, ts []*engine.Tensor) ([]C.pxnccl_op, error) {
 	if roots != nil && len(roots) != len(ts) {
-		return fmt.Errorf("nccl %s: %d roots for %d tensors", what, len(roots), len(ts))
+		return nil, fmt.Errorf("nccl %s: %d roots for %d tensors", what, len(roots), len(ts))
 	}
 	ops := make([]C.pxnccl_op, 0, len(ts))
 	for i, t := range ts {
 		dt, err := c.check(what, t)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if t.Numel() == 0 {
 			continue
@@ -231,14 +257,14 @@ func (c *NCCL) inPlace(what string, kind int, avg bool, roots []int, ts []*engin
 		if roots != nil {
 			root = roots[i]
 			if root < 0 || root >= c.n {
-				return fmt.Errorf("nccl %s: root %d is not a rank of %d", what, root, c.n)
+				return nil, fmt.Errorf("nccl %s: root %d is not a rank of %d", what, root, c.n)
 			}
 		}
 		p := C.CUdeviceptr(ptr(t))
 		ops = append(ops, C.pxnccl_op{kind: C.int(kind), send: p, recv: p, count: C.size_t(t.Numel()),
 			dtype: dt, op: ncclOp(avg), root: C.int(root)})
 	}
-	return c.run(what, ops)
+	return ops, nil
 }
 
 // AllReduce replaces every tensor by its sum (or mean, avg) over the ranks,
@@ -333,7 +359,12 @@ func (c *NCCL) Close() error {
 	if !c.state.CompareAndSwap(ncclOpen, ncclClosed) {
 		return nil
 	}
-	if r := C.pxnccl_destroy(c.d.ctx, c.comm); r != 0 {
+	r := C.pxnccl_destroy(c.d.ctx, c.comm)
+	if c.side != nil {
+		c.side.close()
+		c.side = nil
+	}
+	if r != 0 {
 		return ncclError("ncclCommDestroy", r, nil)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 
 	"github.com/parallax-engine/parallax/engine"
 )
@@ -33,7 +34,10 @@ func (op ReduceOp) String() string {
 // a rank that does not fails the job with a message naming it. Tensor
 // collectives are ordered with the device's other ops (NCCL enqueues them
 // on the device's stream; the TCP implementation reads and writes the
-// tensors, which waits for the ops before).
+// tensors, which waits for the ops before). One goroutine drives a Comm,
+// as one drives its device; the started collectives (StartAllReduce,
+// StartReduce) run in the order they were called, before any collective
+// called after them.
 type Comm interface {
 	Rank() int
 	Size() int
@@ -60,6 +64,16 @@ type Comm interface {
 	// in's element count) on every rank.
 	AllGather(out, in *engine.Tensor) error
 
+	// StartAllReduce starts AllReduce and returns without waiting for it,
+	// so that the device computes on while the collective runs: NCCL runs
+	// it on a second stream after the ops enqueued so far; the TCP
+	// implementation reads the tensors now, exchanges them on a goroutine
+	// and writes the result at Wait. The tensors must not be written
+	// before Wait, nor read for the result. Errors come from Wait.
+	StartAllReduce(op ReduceOp, ts ...*engine.Tensor) Pending
+	// StartReduce is Reduce as StartAllReduce is AllReduce.
+	StartReduce(op ReduceOp, roots []int, ts ...*engine.Tensor) Pending
+
 	// Barrier returns once every rank has called it (a host-side barrier:
 	// device work enqueued before it may still be running).
 	Barrier() error
@@ -71,6 +85,19 @@ type Comm interface {
 	// aborts outstanding work instead of waiting for it.
 	Close() error
 }
+
+// Pending is a started collective.
+type Pending interface {
+	// Wait finishes the collective and reports its error: afterwards its
+	// tensors hold the result (on NCCL, for the ops enqueued after Wait on
+	// the device's stream). Call it once, on the goroutine driving the Comm.
+	Wait() error
+}
+
+// donePending is a collective that already finished (or failed).
+type donePending struct{ err error }
+
+func (p donePending) Wait() error { return p.err }
 
 // Backends NewComm accepts.
 const (
@@ -98,6 +125,17 @@ type deviceComm interface {
 	AsyncError() error
 	Abort(why string)
 	Close() error
+}
+
+// asyncDeviceComm is a deviceComm that can run collectives on a second
+// stream of its device, alongside the device's own work (engine/cuda's
+// *NCCL): Start* enqueue there after the work enqueued so far on the
+// device's stream; Join makes the device's stream wait for everything
+// started.
+type asyncDeviceComm interface {
+	StartAllReduce(avg bool, ts ...*engine.Tensor) error
+	StartReduce(avg bool, roots []int, ts ...*engine.Tensor) error
+	Join() error
 }
 
 type commOffer struct {
@@ -241,6 +279,43 @@ func (c *nativeComm) ReduceScatter(op ReduceOp, out, in *engine.Tensor) error {
 func (c *nativeComm) AllGather(out, in *engine.Tensor) error {
 	return c.do(func() error { return c.dc.AllGather(out, in) })
 }
+
+// StartAllReduce runs the all-reduce on the communicator's second stream
+// when it has one; otherwise it runs it now, on the device's stream,
+// which is still correct but does not overlap anything enqueued later.
+func (c *nativeComm) StartAllReduce(op ReduceOp, ts ...*engine.Tensor) Pending {
+	a, ok := c.dc.(asyncDeviceComm)
+	if !ok {
+		return donePending{c.AllReduce(op, ts...)}
+	}
+	return &nativePending{c: c, a: a, err: c.do(func() error { return a.StartAllReduce(op == Avg, ts...) })}
+}
+
+// StartReduce is StartAllReduce for Reduce.
+func (c *nativeComm) StartReduce(op ReduceOp, roots []int, ts ...*engine.Tensor) Pending {
+	a, ok := c.dc.(asyncDeviceComm)
+	if !ok {
+		return donePending{c.Reduce(op, roots, ts...)}
+	}
+	return &nativePending{c: c, a: a, err: c.do(func() error { return a.StartReduce(op == Avg, roots, ts...) })}
+}
+
+// nativePending is a collective on the second stream. Waiting joins the
+// whole second stream, which may include collectives started later: they
+// finish before the ones after Wait read anything either way.
+type nativePending struct {
+	c   *nativeComm
+	a   asyncDeviceComm
+	err error
+}
+
+func (p *nativePending) Wait() error {
+	if p.err != nil {
+		return p.err
+	}
+	return p.c.do(p.a.Join)
+}
+
 func (c *nativeComm) Barrier() error                     { return c.g.Barrier() }
 func (c *nativeComm) AllReduceHost(vals []float64) error { return c.g.AllReduceFloat64(vals) }
 func (c *nativeComm) Close() error {
@@ -256,15 +331,86 @@ func (c *nativeComm) Close() error {
 // order (f32 arithmetic) and sends each rank its result. Any device works
 // (tensors are read and written through the host); meant for the CPU
 // backend, tests, and GPUs without NCCL.
-type tcpComm struct{ g *Group }
+//
+// A tensor collective has three parts: reading the tensors and writing
+// the result, which touch the device and so stay on the goroutine driving
+// it, and the exchange in between (the network and rank 0's reduction),
+// which runs on a goroutine of its own, after the exchange of the
+// collective started before it: so started collectives overlap the
+// caller's computing, and every rank exchanges in call order.
+type tcpComm struct {
+	g    *Group
+	mu   sync.Mutex
+	last *tcpPending // the latest collective started
+}
 
-func (c *tcpComm) Rank() int                          { return c.g.Rank() }
-func (c *tcpComm) Size() int                          { return c.g.Size() }
-func (c *tcpComm) Backend() string                    { return BackendTCP }
-func (c *tcpComm) Group() *Group                      { return c.g }
-func (c *tcpComm) Barrier() error                     { return c.g.Barrier() }
-func (c *tcpComm) AllReduceHost(vals []float64) error { return c.g.AllReduceFloat64(vals) }
-func (c *tcpComm) Close() error                       { return nil }
+// tcpPending is one collective's exchange; finish writes its result into
+// the tensors at Wait.
+type tcpPending struct {
+	done   chan struct{} // closed when the exchange has finished
+	res    []byte
+	err    error
+	finish func(res []byte) error
+}
+
+func (p *tcpPending) Wait() error {
+	<-p.done
+	if p.err != nil {
+		return p.err
+	}
+	f := p.finish
+	p.finish = nil
+	if f == nil {
+		return nil
+	}
+	return f(p.res)
+}
+
+// start runs exchange on a goroutine once the exchanges started before it
+// have finished (whether they failed or not: a failure of the group fails
+// the later ones too, at once).
+func (c *tcpComm) start(exchange func() ([]byte, error), finish func(res []byte) error) *tcpPending {
+	p := &tcpPending{done: make(chan struct{}), finish: finish}
+	c.mu.Lock()
+	prev := c.last
+	c.last = p
+	c.mu.Unlock()
+	go func() {
+		defer close(p.done)
+		if prev != nil {
+			<-prev.done
+		}
+		p.res, p.err = exchange()
+	}()
+	return p
+}
+
+// drain waits for the exchanges of every collective started, so that a
+// collective exchanged on the caller's goroutine comes after them.
+func (c *tcpComm) drain() {
+	c.mu.Lock()
+	p := c.last
+	c.mu.Unlock()
+	if p != nil {
+		<-p.done
+	}
+}
+
+func (c *tcpComm) Rank() int       { return c.g.Rank() }
+func (c *tcpComm) Size() int       { return c.g.Size() }
+func (c *tcpComm) Backend() string { return BackendTCP }
+func (c *tcpComm) Group() *Group   { return c.g }
+func (c *tcpComm) Close() error    { return nil }
+
+func (c *tcpComm) Barrier() error {
+	c.drain()
+	return c.g.Barrier()
+}
+
+func (c *tcpComm) AllReduceHost(vals []float64) error {
+	c.drain()
+	return c.g.AllReduceFloat64(vals)
+}
 
 // describeTensors is the signature every rank's call must match.
 func describeTensors(name string, roots []int, ts ...*engine.Tensor) string {
@@ -385,24 +531,28 @@ func reduce(op ReduceOp, ts []*engine.Tensor, data [][]byte) []byte {
 }
 
 func (c *tcpComm) AllReduce(op ReduceOp, ts ...*engine.Tensor) error {
+	return c.StartAllReduce(op, ts...).Wait()
+}
+
+func (c *tcpComm) StartAllReduce(op ReduceOp, ts ...*engine.Tensor) Pending {
 	if err := checkFloat("all-reduce", ts...); err != nil {
-		return err
+		return donePending{err}
 	}
 	b, err := readTensors(ts, nil)
 	if err != nil {
-		return err
+		return donePending{err}
 	}
-	res, err := c.g.round(collAllReduce, packet(describeTensors("all-reduce "+op.String(), nil, ts...), b), func(in [][]byte) ([][]byte, error) {
-		data, err := c.unpack(in)
-		if err != nil {
-			return nil, err
-		}
-		return repeat(reduce(op, ts, data), len(in)), nil
-	})
-	if err != nil {
-		return err
-	}
-	return writeTensors(ts, res, nil)
+	ts = append([]*engine.Tensor(nil), ts...) // the caller may reuse its slice before Wait
+	pk := packet(describeTensors("all-reduce "+op.String(), nil, ts...), b)
+	return c.start(func() ([]byte, error) {
+		return c.g.round(collAllReduce, pk, func(in [][]byte) ([][]byte, error) {
+			data, err := c.unpack(in)
+			if err != nil {
+				return nil, err
+			}
+			return repeat(reduce(op, ts, data), len(in)), nil
+		})
+	}, func(res []byte) error { return writeTensors(ts, res, nil) })
 }
 
 func checkRoots(what string, n, size int, roots []int) error {
@@ -418,38 +568,44 @@ func checkRoots(what string, n, size int, roots []int) error {
 }
 
 func (c *tcpComm) Reduce(op ReduceOp, roots []int, ts ...*engine.Tensor) error {
+	return c.StartReduce(op, roots, ts...).Wait()
+}
+
+func (c *tcpComm) StartReduce(op ReduceOp, roots []int, ts ...*engine.Tensor) Pending {
 	if err := checkFloat("reduce", ts...); err != nil {
-		return err
+		return donePending{err}
 	}
 	if err := checkRoots("reduce", len(ts), c.Size(), roots); err != nil {
-		return err
+		return donePending{err}
 	}
 	b, err := readTensors(ts, nil)
 	if err != nil {
-		return err
+		return donePending{err}
 	}
+	// The caller may reuse its slices before Wait.
+	ts, roots = append([]*engine.Tensor(nil), ts...), append([]int(nil), roots...)
 	mine := func(i int) bool { return roots[i] == c.Rank() }
-	res, err := c.g.round(collReduce, packet(describeTensors("reduce "+op.String(), roots, ts...), b), func(in [][]byte) ([][]byte, error) {
-		data, err := c.unpack(in)
-		if err != nil {
-			return nil, err
-		}
-		all := reduce(op, ts, data)
-		out := make([][]byte, len(in))
-		off := 0
-		for i, t := range ts {
-			out[roots[i]] = append(out[roots[i]], all[off:off+t.Bytes()]...)
-			off += t.Bytes()
-		}
-		return out, nil
-	})
-	if err != nil {
-		return err
-	}
-	return writeTensors(ts, res, mine)
+	pk := packet(describeTensors("reduce "+op.String(), roots, ts...), b)
+	return c.start(func() ([]byte, error) {
+		return c.g.round(collReduce, pk, func(in [][]byte) ([][]byte, error) {
+			data, err := c.unpack(in)
+			if err != nil {
+				return nil, err
+			}
+			all := reduce(op, ts, data)
+			out := make([][]byte, len(in))
+			off := 0
+			for i, t := range ts {
+				out[roots[i]] = append(out[roots[i]], all[off:off+t.Bytes()]...)
+				off += t.Bytes()
+			}
+			return out, nil
+		})
+	}, func(res []byte) error { return writeTensors(ts, res, mine) })
 }
 
 func (c *tcpComm) Broadcast(roots []int, ts ...*engine.Tensor) error {
+	c.drain()
 	if err := checkRoots("broadcast", len(ts), c.Size(), roots); err != nil {
 		return err
 	}
@@ -484,6 +640,7 @@ func (c *tcpComm) Broadcast(roots []int, ts ...*engine.Tensor) error {
 }
 
 func (c *tcpComm) ReduceScatter(op ReduceOp, out, in *engine.Tensor) error {
+	c.drain()
 	if err := checkFloat("reduce-scatter", out, in); err != nil {
 		return err
 	}
@@ -514,6 +671,7 @@ func (c *tcpComm) ReduceScatter(op ReduceOp, out, in *engine.Tensor) error {
 }
 
 func (c *tcpComm) AllGather(out, in *engine.Tensor) error {
+	c.drain()
 	if in == nil || out == nil {
 		return errors.New("distributed: all-gather: nil tensor")
 	}

@@ -6,6 +6,7 @@ export PATH := $(PATH):/usr/local/go/bin
 GO      ?= go
 BIN     := bin
 PARALLAX := $(BIN)/parallax
+VIEWER   := $(BIN)/parallax-view
 DEMO_IN  := $(BIN)/demo-in.safetensors
 DEMO_OUT := $(BIN)/demo-out.safetensors
 
@@ -16,13 +17,14 @@ ifdef PARALLAX_REQUIRE_VULKAN
 export PARALLAX_REQUIRE_VULKAN
 endif
 
-.PHONY: help setup test fmt-check vet spirv-check spirv build demo fmt clean
+.PHONY: help setup test fmt-check vet spirv-check spirv build build-view view demo fmt clean
 
 help:
 	@echo "make setup    install what this machine lacks (Go must be present)"
 	@echo "make test     setup, gofmt check, go vet, SPIR-V check, go test ./..."
 	@echo "make spirv    recompile the shaders (go generate ./shaders)"
 	@echo "make build    build $(PARALLAX)"
+	@echo "make view     build $(VIEWER) and open it on the model 'make demo' trained"
 	@echo "make demo     build, list devices, run Parallax attention, train the tiny model for a few minutes, sample"
 	@echo "make vet      go vet ./..."
 	@echo "make fmt      gofmt -w the Go sources"
@@ -78,6 +80,19 @@ demo: build
 	@$(PARALLAX) generate --model $(DEMO_RUN) --prompt "$(DEMO_PROMPT)" --max-tokens 80 --temperature 0.8 --top-k 40 --seed 1
 	@echo
 	@echo "Loss curves: $(DEMO_RUN)/curves.png; metrics: $(DEMO_RUN)/metrics.jsonl"
+	@echo "Watch it think: make view (a window with its attention maps while it"
+	@echo "generates; or $(VIEWER) --model $(DEMO_RUN) after make build-view)"
+
+# The desktop viewer: its own binary, since GLFW's cgo build needs the X11
+# headers (make setup installs them) and cmd/parallax must build without.
+build-view: setup
+	@mkdir -p $(BIN)
+	$(GO) build -o $(VIEWER) ./cmd/parallax-view
+
+VIEW_FLAGS ?=
+view: build-view
+	@test -f $(DEMO_RUN)/model.safetensors || { echo "no model in $(DEMO_RUN): run make demo first"; exit 1; }
+	$(VIEWER) --model $(DEMO_RUN) --prompt "$(DEMO_PROMPT)" $(VIEW_FLAGS)
 
 clean:
 	rm -rf $(BIN)

@@ -3,7 +3,9 @@ module github.com/parallax-engine/parallax
 go 1.26
 
 require (
+	github.com/go-gl/glfw/v3.3/glfw v0.0.0-20260823155953-d41da22a9587
 	github.com/spf13/pflag v1.1.0
 	github.com/vulkan-go/vulkan v0.0.0-20210402152248-956e3850d8f9
 	github.com/x448/float16 v0.8.4
+	golang.org/x/image v0.40.0
 )

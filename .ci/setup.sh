@@ -66,3 +66,23 @@ need_cmd glslc glslc
 [[ -e /usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json ]] || apt_install vulkan-validationlayers || say "without it the validation-layer test is skipped"
 # spirv-val: the shaders' tests validate every SPIR-V module with it.
 command -v spirv-val >/dev/null 2>&1 || apt_install spirv-tools || say "without it the SPIR-V validation test is skipped"
+
+# need_header HEADER PKG... installs PKG... unless /usr/include/HEADER exists.
+need_header() {
+	local h=$1
+	shift
+	[[ -e /usr/include/$h ]] || apt_install "$@"
+}
+
+# The desktop viewer (cmd/parallax-view): GLFW's cgo build needs the X11
+# and GL development files, and its test opens a real window on a virtual
+# X server (Xvfb, started by the test itself when DISPLAY is unset).
+need_header X11/Xlib.h libx11-dev
+need_header X11/Xcursor/Xcursor.h libxcursor-dev
+need_header X11/extensions/Xrandr.h libxrandr-dev
+need_header X11/extensions/Xinerama.h libxinerama-dev
+need_header X11/extensions/XInput2.h libxi-dev
+need_header X11/extensions/xf86vmode.h libxxf86vm-dev
+need_header GL/gl.h libgl-dev
+need_cmd Xvfb xvfb
+need_cmd xauth xauth

@@ -22,7 +22,11 @@
 // loops: fully unrolled (their trip counts are specialization constants)
 // they made lavapipe's LLVM take up to a minute per pipeline. Loops over
 // register arrays (the accumulators) are left to unroll.
+// Variants for GPUs may define it empty (-DPX_LOOP=) and let the driver
+// unroll.
+#ifndef PX_LOOP
 #define PX_LOOP [[dont_unroll]]
+#endif
 
 // Every kernel is one-dimensional: WG invocations per workgroup. WG is the
 // specialization constant the host sets together with the workgroup size

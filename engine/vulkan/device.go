@@ -54,11 +54,18 @@ type Device struct {
 	mu      sync.Mutex
 	pending error // the first error raised while executing, for Sync
 	closed  bool
+
+	present bool // VK_KHR_swapchain is enabled (OpenPresenting)
+	wwf     bool // shaderStorageImageWriteWithoutFormat is enabled
 }
 
 // newDevice creates the logical device for p.
-func newDevice(rt *vkRuntime, p *physDevice) (*Device, error) {
-	d := &Device{rt: rt, pd: p, info: p.info(), subgroup: int(p.x.subgroupSize)}
+func newDevice(rt *vkRuntime, p *physDevice) (*Device, error) { return newDeviceFor(rt, p, false) }
+
+// newDeviceFor creates the logical device for p; present also enables what
+// drawing into a window's swapchain needs (OpenPresenting).
+func newDeviceFor(rt *vkRuntime, p *physDevice, present bool) (*Device, error) {
+	d := &Device{rt: rt, pd: p, info: p.info(), subgroup: int(p.x.subgroupSize), present: present}
 	d.info.Features = maps.Clone(d.info.Features)
 	d.push = p.x.hasPushDescriptor != 0 && p.x.maxPushDescriptors >= maxBindings && os.Getenv("PARALLAX_VULKAN_PUSH_DESCRIPTORS") != "0"
 	d.no16 = !p.has16BitStorage() || os.Getenv("PARALLAX_VULKAN_NO16") == "1"
@@ -82,7 +89,19 @@ func newDevice(rt *vkRuntime, p *physDevice) (*Device, error) {
 		}
 		en.chainFloat16, en.chainMemoryModel, en.chainCoopNV = 1, 1, 1
 	}
-	chain := C.px_feature_chain(&en)
+	stats := os.Getenv("PARALLAX_VULKAN_PIPELINE_STATS") == "1" && hasString(p.exts, "VK_KHR_pipeline_executable_properties")
+	if stats {
+		exts = append(exts, "VK_KHR_pipeline_executable_properties\x00")
+		en.chainExecStats = 1
+	}
+	var chain unsafe.Pointer
+	if present {
+		exts = append(exts, "VK_KHR_swapchain\x00")
+		d.wwf = C.px_write_without_format((C.pxGetInstanceProcAddr)(rt.gipa), unsafe.Pointer(rt.instance), unsafe.Pointer(p.handle)) != 0
+		chain = C.px_feature_chain_present(&en, C.pxBool32(b2u(d.wwf)))
+	} else {
+		chain = C.px_feature_chain(&en)
+	}
 	if chain == nil {
 		return nil, errors.New("vulkan: out of host memory")
 	}
@@ -124,6 +143,9 @@ func newDevice(rt *vkRuntime, p *physDevice) (*Device, error) {
 	if d.px == nil {
 		vk.DestroyDevice(dev, nil)
 		return nil, fmt.Errorf("vulkan:%d: %s", p.index, C.GoString(&cerr[0]))
+	}
+	if stats {
+		C.px_device_capture_stats(d.px, (C.pxGetInstanceProcAddr)(rt.gipa), unsafe.Pointer(rt.instance), 1)
 	}
 	if err := d.init(); err != nil {
 		d.Close()

@@ -94,6 +94,11 @@ func newRuntime() (*vkRuntime, error) {
 		exts = append(exts, "VK_EXT_debug_utils\x00")
 		rt.validation = true
 	}
+	// Window-system extensions a presenting program asked for
+	// (RequestInstanceExtensions) before the runtime was created.
+	for _, e := range instanceExtsRequested {
+		exts = append(exts, e+"\x00")
+	}
 	// Every string handed to the binding is NUL-terminated: it passes the
 	// Go bytes as char* without copying.
 	app := &vk.ApplicationInfo{

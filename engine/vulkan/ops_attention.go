@@ -3,6 +3,7 @@ package vulkan
 import (
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/parallax-engine/parallax/engine"
 )
@@ -250,6 +251,9 @@ func (d *Device) planDecode(dm engine.AttnDims, a engine.DecodeArgs) (decodeTile
 	limit := int(d.pd.lim.maxSharedMemory) - 256
 	maxWG := min(int(d.pd.lim.maxGroupInvocations), int(d.pd.lim.maxGroupSize[0]))
 	for bc := 64; bc >= 16; bc /= 2 {
+		if v, err := strconv.Atoi(os.Getenv("PARALLAX_VULKAN_DECODE_BC")); err == nil && v != bc {
+			continue // a tuning override
+		}
 		wg, nv := 2*bc, 2*rp
 		shared := 4 * (dm.D*nv + bc*(nw+1) + bc*nw + bc*nv + bc*rp + 16*rp)
 		if wg > maxWG || shared > limit || minSG < 1 || wg/minSG > 16 || wg%minSG != 0 ||
@@ -272,6 +276,9 @@ func (d *Device) decodeFast(dm engine.AttnDims, tl decodeTiles, a engine.DecodeA
 	S := a.Splits
 	if S == 0 {
 		S = max(1, min((1024+items-1)/items, dm.Lk/(2*tl.bc), 256))
+		if v, err := strconv.Atoi(os.Getenv("PARALLAX_VULKAN_DECODE_SPLITS")); err == nil && v > 0 {
+			S = v // a tuning override
+		}
 	}
 	if perSplit := dm.B * dm.Hq * dm.Lq * (3 + 2*dm.D) * 4; S > 1 {
 		S = max(1, min(S, int(d.MaxTensorBytes())/max(perSplit, 1)))
@@ -291,7 +298,11 @@ func (d *Device) decodeFast(dm engine.AttnDims, tl decodeTiles, a engine.DecodeA
 		part = scratch(pr)
 	}
 	o := out(a.O)
-	if err := d.launch("attn_decode", 2*tl.bc, sp, pc, d.groups1(items*S),
+	kernel := "attn_decode"
+	if os.Getenv("PARALLAX_VULKAN_DECODE_VARIANT") == "unroll" {
+		kernel = "attn_decode.unroll"
+	}
+	if err := d.launch(kernel, 2*tl.bc, sp, pc, d.groups1(items*S),
 		in(a.Q), in(a.KCache), in(a.VCache), d.opt(a.R, false), o, in(a.Lens), part, d.statusArg()); err != nil {
 		return err
 	}

@@ -299,5 +299,6 @@ func (p *pipelines) get(kernel string, nbind int, sp spec) (*pipeline, error) {
 	}
 	p.byKey[key] = pl
 	p.created++
+	p.d.reportStats(kernel, sp, ph)
 	return pl, nil
 }

@@ -437,6 +437,7 @@ void px_query(pxGetInstanceProcAddr gipa, void *instance, void *pd, uint32_t api
 typedef struct pxEnable {
 	int chain16Bit, chainFloat16, chainMemoryModel, chainCoopNV;
 	pxBool32 shaderFloat64, shaderInt16;
+	int chainExecStats; // VK_KHR_pipeline_executable_properties (diagnostics)
 } pxEnable;
 
 // px_feature_chain allocates (malloc) the VkPhysicalDeviceFeatures2 chain
@@ -448,6 +449,16 @@ void px_free(void *p);
 typedef struct pxDevice pxDevice;
 pxDevice *px_device_new(pxGetInstanceProcAddr gipa, void *instance, void *device, int pushDescriptors, char *err, int errlen);
 void px_device_free(pxDevice *d);
+
+// px_device_capture_stats makes later pipelines capture the driver's
+// statistics (registers, spills, shared memory ...) when on is 1 and the
+// device was created with VK_KHR_pipeline_executable_properties.
+void px_device_capture_stats(pxDevice *d, pxGetInstanceProcAddr gipa, void *instance, int on);
+
+// px_pipeline_stats writes the driver's statistics of pipeline as
+// "name=value" pairs separated by ", " into out; returns 0 when the device
+// cannot report them.
+int px_pipeline_stats(pxDevice *d, pxHandle pipeline, char *out, int outlen);
 
 // px_dispatch binds pipeline, its n storage-buffer descriptors (push
 // descriptors, or a set allocated from pool when pool != 0), the push
@@ -495,5 +506,79 @@ void px_reset_queries(pxDevice *d, void *cmd, pxHandle pool, uint32_t first, uin
 // (px_validation_error_count).
 int px_enable_debug(pxGetInstanceProcAddr gipa, void *instance);
 long px_validation_error_count(void);
+
+// ---- Presenting (cmd/parallax-view) ----
+//
+// A window's swapchain on the device that runs the model: a compute kernel
+// draws each frame straight into the acquired swapchain image (a storage
+// image), or, where the surface or its format cannot be a storage image,
+// into an RGBA8 image of our own that is then blitted into the swapchain
+// image. Frames are synchronous: px_present_frame returns once the frame's
+// commands have completed, so the buffers it read may be written at once.
+
+// px_write_without_format reports whether the device supports
+// shaderStorageImageWriteWithoutFormat (the direct path's shader needs it).
+pxBool32 px_write_without_format(pxGetInstanceProcAddr gipa, void *instance, void *pd);
+
+// px_feature_chain_present is px_feature_chain with
+// shaderStorageImageWriteWithoutFormat switched on as well when wwf is set.
+void *px_feature_chain_present(const pxEnable *e, pxBool32 wwf);
+
+// pxSwapInfo describes the swapchain px_present_swapchain made.
+typedef struct pxSwapInfo {
+	uint32_t width, height, imageCount;
+	int32_t format;   // VkFormat of the swapchain images
+	int32_t direct;   // 1: frames are drawn into the swapchain image itself
+	int32_t readable; // 1: frames can be read back (px_present_frame's readback)
+} pxSwapInfo;
+
+typedef struct pxPresent pxPresent;
+
+// px_present_new prepares presenting to surface from queue (family
+// family) of device: checks that the family can present, creates the draw
+// kernel's layouts (binding 0 a storage image, 1..PX_VIEW_BUFFERS storage
+// buffers, 128 bytes of push constants), a command buffer and the frame's
+// synchronisation objects. wwf says whether the device was created with
+// shaderStorageImageWriteWithoutFormat. It takes ownership of surface
+// (destroyed by px_present_free, also on failure).
+enum { PX_VIEW_BUFFERS = 4 };
+pxPresent *px_present_new(pxGetInstanceProcAddr gipa, void *instance, void *pd, void *device, void *queue,
+	uint32_t family, pxHandle surface, pxBool32 wwf, char *err, int errlen);
+
+// px_present_layout returns the pipeline layout for the draw kernel.
+pxHandle px_present_layout(pxPresent *p);
+
+// px_present_swapchain (re)creates the swapchain for a framebuffer of
+// width x height (the surface's current extent wins when it has one);
+// forceOffscreen selects the offscreen-image path even where the direct
+// one works. Returns 0, or 1 when the surface has a zero extent (a
+// minimised window: try again later), or a negative VkResult with a
+// message in err.
+pxResult px_present_swapchain(pxPresent *p, uint32_t width, uint32_t height, int forceOffscreen, pxSwapInfo *out,
+	char *err, int errlen);
+
+// px_present_frame records and submits one frame: a global memory barrier
+// (ordering it after earlier submissions' writes), the draw kernel
+// (pipeline) over gx x gy workgroups with the target image at binding 0
+// and the nbuf buffer ranges after it, optionally a copy of the frame into
+// readback at readbackOff (tightly packed rows, 4 bytes a pixel, in the
+// target's byte order: see px_present_readback_format), then presents
+// it and waits for the frame to complete. Returns 0, VK_SUBOPTIMAL_KHR
+// (1000001003) when the swapchain should be recreated, or a negative
+// VkResult (VK_ERROR_OUT_OF_DATE_KHR: recreate and draw again).
+pxResult px_present_frame(pxPresent *p, pxHandle pipeline, int nbuf, const uint64_t *bufs, const uint64_t *offs,
+	const uint64_t *ranges, const void *push, uint32_t pushSize, uint32_t gx, uint32_t gy, pxHandle readback,
+	uint64_t readbackOff);
+
+// px_present_readback_format is the VkFormat of the pixels a readback
+// holds (the swapchain's on the direct path, R8G8B8A8_UNORM otherwise).
+int32_t px_present_readback_format(pxPresent *p);
+
+// px_present_free waits for the device to be idle and destroys the
+// swapchain, the surface and every object px_present_new made.
+void px_present_free(pxPresent *p);
+
+// px_destroy_surface destroys a surface no presenter took.
+void px_destroy_surface(pxGetInstanceProcAddr gipa, void *instance, pxHandle surface);
 
 #endif

@@ -26,11 +26,13 @@ var kernels = []string{
 	"matmul",
 	"attn_fwd",
 	"attn_combine",
+	"attn_decode",
 	"attn_bwd_pre",
 	"attn_bwd_rows",
 	"attn_bwd_cols",
 	"lla",
 	"gate",
+	"view_attn",
 }
 
 // Variants lists every module `go generate` builds.
@@ -41,7 +43,17 @@ var Variants = func() []Variant {
 			Variant{Name: k, Source: k, Target: "vulkan1.1"},
 			Variant{Name: k + ".no16", Source: k, Defines: []string{"PX_NO16"}, Target: "vulkan1.1"})
 	}
+	// attn_decode with its loops left to the driver to unroll (GPUs; the
+	// default kernel keeps them for lavapipe's compile times).
+	vs = append(vs,
+		Variant{Name: "attn_decode.unroll", Source: "attn_decode", Defines: []string{"PX_LOOP="}, Target: "vulkan1.1"},
+		Variant{Name: "attn_decode.unroll.no16", Source: "attn_decode", Defines: []string{"PX_LOOP=", "PX_NO16"}, Target: "vulkan1.1"})
 	// The tensor-core matmul: GL_NV_cooperative_matrix, f16 inputs.
 	vs = append(vs, Variant{Name: "matmul_coop", Source: "matmul_coop", Target: "vulkan1.1"})
+	// parallax-view's frame: into the swapchain image in its own format
+	// (shaderStorageImageWriteWithoutFormat) or into an RGBA8 image.
+	vs = append(vs,
+		Variant{Name: "view_draw", Source: "view_draw", Target: "vulkan1.1"},
+		Variant{Name: "view_draw.rgba8", Source: "view_draw", Defines: []string{"PX_RGBA8"}, Target: "vulkan1.1"})
 	return vs
 }()

@@ -66,7 +66,10 @@ void main() {
 		sV[e] = vv;
 	}
 	float dk[16], dv[16];
-	for (uint k = 0u; k < NE; k++) {
+	PX_UNROLL for (uint k = 0u; k < 16u; k++) {
+		if (k >= NE) {
+			break;
+		}
 		dk[k] = 0.0;
 		dv[k] = 0.0;
 	}
@@ -166,7 +169,10 @@ void main() {
 			sPW[e] = w;
 		}
 		barrier();
-		for (uint k = 0u; k < NE; k++) {
+		PX_UNROLL for (uint k = 0u; k < 16u; k++) {
+			if (k >= NE) {
+				break;
+			}
 			uint e = t + WG * k;
 			if (e < BC * D) {
 				uint j = e / D, x = e % D;
@@ -186,7 +192,10 @@ void main() {
 			}
 		}
 	}
-	for (uint k = 0u; k < NE; k++) {
+	PX_UNROLL for (uint k = 0u; k < 16u; k++) {
+		if (k >= NE) {
+			break;
+		}
 		uint e = t + WG * k, key = j0 + e / D;
 		if (e < BC * D && key < j1) {
 			uint off = (kvbase + key) * D + e % D;

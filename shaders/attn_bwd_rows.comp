@@ -100,7 +100,10 @@ void main() {
 		sG[e] = gv;
 	}
 	float dq[16], dr[16];
-	for (uint k = 0u; k < NE; k++) {
+	PX_UNROLL for (uint k = 0u; k < 16u; k++) {
+		if (k >= NE) {
+			break;
+		}
 		dq[k] = 0.0;
 		dr[k] = 0.0;
 	}
@@ -158,7 +161,10 @@ void main() {
 			sPT[e] = dt;
 		}
 		barrier();
-		for (uint k = 0u; k < NE; k++) {
+		PX_UNROLL for (uint k = 0u; k < 16u; k++) {
+			if (k >= NE) {
+				break;
+			}
 			uint e = t + WG * k;
 			if (e < BR * D) {
 				uint r = e / D, x = e % D;
@@ -174,7 +180,10 @@ void main() {
 		}
 		barrier();
 	}
-	for (uint k = 0u; k < NE; k++) {
+	PX_UNROLL for (uint k = 0u; k < 16u; k++) {
+		if (k >= NE) {
+			break;
+		}
 		uint e = t + WG * k, rr = qb * BR + e / D;
 		if (e >= BR * D || rr >= rows) {
 			continue;

@@ -21,9 +21,10 @@
 // finished o (one split) or the partial state (m, d1, d2, O1, O2) that
 // attn_combine merges, laid out as attn_fwd's.
 //
-// Requires subgroup arithmetic, WG = 2 BC, D a multiple of 8 (16-bit K/V)
-// or 4 (f32), K and V of one dtype; the host falls back to attn_fwd
-// otherwise.
+// Requires subgroup arithmetic, WG = 2 BC, D a power of two of whole
+// 16-byte pieces, at most NAM accumulator columns and LDM prefetched
+// pieces per invocation, K and V of one dtype; the host falls back to
+// attn_fwd otherwise.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
@@ -60,6 +61,15 @@ const uint WPT = (NW + WG - 1u) / WG;      // words per invocation in P V
 const uint EPW = H16 ? 2u : 1u;            // elements per word
 const uint NA = WPT * EPW;                 // accumulator columns per invocation
 const uint MAXSG = 16u;                    // subgroups per workgroup, at most (host-checked)
+
+// Register arrays have literal sizes and are walked by loops with literal
+// trip counts (guarded by the specialised values): NVIDIA's compiler
+// keeps such arrays in registers, while loops bounded by specialization
+// constants left them in local memory (a tenfold slowdown).
+#define RPM 8u  // rows, at most
+#define NVM 16u // vectors, at most
+#define NAM 4u  // accumulator columns per invocation, at most (host-checked)
+#define LDM 16u // 16-byte pieces per invocation per tile, at most (host-checked)
 
 shared vec4 sQR[D * NV / 4u];       // [x][vector], 4 vectors per element
 shared uint sK[BC * KS];            // [key][word], padded
@@ -102,10 +112,10 @@ void main() {
 	uint c1 = lo0 + (n - lo0) * (split + 1u) / S;
 
 	// Each row's visible keys within this split.
-	uint rlo[RP], rhi[RP];
-	for (uint i = 0u; i < RP; i++) {
+	uint rlo[RPM], rhi[RPM];
+	PX_UNROLL for (uint i = 0u; i < RPM; i++) {
 		uint lo = 0u, hi = 0u;
-		if (i < rows) {
+		if (i < RP && i < rows) {
 			visible(i % pc.Lq, n, true, lo, hi);
 			lo = max(lo, c0);
 			hi = max(min(hi, c1), lo);
@@ -130,36 +140,36 @@ void main() {
 	uint kvbase = (b * pc.Hkv + hk) * pc.Lk; // first key row of this (b, hk)
 	uint j = t % BC, half_ = t / BC;
 	uint wc = t % NWE, kh = t / NWE;
-	float m[RP], dsum1[RP], dsum2[RP];
-	float o1[RP * NA], o2[RP * NA];
-	for (uint i = 0u; i < RP; i++) {
+	float m[RPM], dsum1[RPM], dsum2[RPM];
+	float o1[RPM * NAM], o2[RPM * NAM];
+	PX_UNROLL for (uint i = 0u; i < RPM; i++) {
 		m[i] = PX_NEG_INF;
 		dsum1[i] = 0.0;
 		dsum2[i] = 0.0;
 	}
-	for (uint a = 0u; a < RP * NA; a++) {
+	PX_UNROLL for (uint a = 0u; a < RPM * NAM; a++) {
 		o1[a] = 0.0;
 		o2[a] = 0.0;
 	}
 
 	// Prefetch the first tile.
-	uvec4 pk[LDN], pv[LDN];
-	for (uint l = 0u; l < LDN; l++) {
+	uvec4 pk[LDM], pv[LDM];
+	PX_UNROLL for (uint l = 0u; l < LDM; l++) {
 		uint e = t + WG * l, key = c0 + e / NW4;
 		pk[l] = uvec4(0u);
 		pv[l] = uvec4(0u);
-		if (e < BC * NW4 && key < c1) {
+		if (l < LDN && e < BC * NW4 && key < c1) {
 			uint p = (kvbase + key) * NW4 + e % NW4;
 			pk[l] = K4[p];
 			pv[l] = V4[p];
 		}
 	}
 	for (uint t0 = c0; t0 < c1; t0 += BC) {
-		for (uint l = 0u; l < LDN; l++) {
+		PX_UNROLL for (uint l = 0u; l < LDM; l++) {
 			uint e = t + WG * l;
-			if (e < BC * NW4) {
+			if (l < LDN && e < BC * NW4) {
 				uint kj = e / NW4, w = 4u * (e % NW4);
-				for (uint q = 0u; q < 4u; q++) {
+				PX_UNROLL for (uint q = 0u; q < 4u; q++) {
 					sK[kj * KS + w + q] = pk[l][q];
 					sV[kj * NW + w + q] = pv[l][q];
 				}
@@ -167,11 +177,11 @@ void main() {
 		}
 		barrier();
 		// Next tile's loads, in flight during this tile's arithmetic.
-		for (uint l = 0u; l < LDN; l++) {
+		PX_UNROLL for (uint l = 0u; l < LDM; l++) {
 			uint e = t + WG * l, key = t0 + BC + e / NW4;
 			pk[l] = uvec4(0u);
 			pv[l] = uvec4(0u);
-			if (e < BC * NW4 && key < c1) {
+			if (l < LDN && e < BC * NW4 && key < c1) {
 				uint p = (kvbase + key) * NW4 + e % NW4;
 				pk[l] = K4[p];
 				pv[l] = V4[p];
@@ -179,29 +189,37 @@ void main() {
 		}
 
 		// Scores of key j: half 0 the query rows, half 1 the probe rows.
-		float s[RP];
-		for (uint i = 0u; i < RP; i++) {
+		float s[RPM];
+		PX_UNROLL for (uint i = 0u; i < RPM; i++) {
 			s[i] = 0.0;
 		}
 		if (half_ == 0u || HAS_R != 0u) {
 			uint vb = half_ * RP;
 			PX_LOOP for (uint c = 0u; c < NW; c++) {
 				uint w = sK[j * KS + c];
-				for (uint e = 0u; e < EPW; e++) {
+				PX_UNROLL for (uint e = 0u; e < 2u; e++) {
+					if (e >= EPW) {
+						continue;
+					}
 					float kx = kf(w, e);
 					uint base = ((c * EPW + e) * NV + vb) / 4u;
-					for (uint i = 0u; i < RP; i += 4u) {
-						vec4 qv = sQR[base + i / 4u];
-						s[i] += qv.x * kx;
-						s[i + 1u] += qv.y * kx;
-						s[i + 2u] += qv.z * kx;
-						s[i + 3u] += qv.w * kx;
+					PX_UNROLL for (uint i = 0u; i < RPM; i += 4u) {
+						if (i < RP) {
+							vec4 qv = sQR[base + i / 4u];
+							s[i] += qv.x * kx;
+							s[i + 1u] += qv.y * kx;
+							s[i + 2u] += qv.z * kx;
+							s[i + 3u] += qv.w * kx;
+						}
 					}
 				}
 			}
 		}
 		uint key = t0 + j;
-		for (uint i = 0u; i < RP; i++) {
+		PX_UNROLL for (uint i = 0u; i < RPM; i++) {
+			if (i >= RP) {
+				continue;
+			}
 			bool ok = half_ == 0u && key >= rlo[i] && key < rhi[i];
 			float mx = subgroupMax(ok ? s[i] : PX_NEG_INF);
 			if (subgroupElect()) {
@@ -214,8 +232,12 @@ void main() {
 			}
 		}
 		barrier();
-		float alpha[RP];
-		for (uint i = 0u; i < RP; i++) {
+		float alpha[RPM];
+		PX_UNROLL for (uint i = 0u; i < RPM; i++) {
+			alpha[i] = 1.0;
+			if (i >= RP) {
+				continue;
+			}
 			float mx = m[i];
 			for (uint sg = 0u; sg < gl_NumSubgroups; sg++) {
 				mx = max(mx, sMax[sg * RP + i]);
@@ -224,7 +246,10 @@ void main() {
 			m[i] = mx;
 		}
 		if (half_ == 0u) {
-			for (uint i = 0u; i < RP; i++) {
+			PX_UNROLL for (uint i = 0u; i < RPM; i++) {
+				if (i >= RP) {
+					continue;
+				}
 				float p = s[i] == PX_NEG_INF ? 0.0 : exp(s[i] - m[i]);
 				float pt = HAS_R != 0u ? p * sT[j * RP + i] : 0.0;
 				sP[(j * NV + i) / 4u][i % 4u] = p;
@@ -235,32 +260,30 @@ void main() {
 		}
 		barrier();
 		// P V for this invocation's columns over its key group.
-		for (uint i = 0u; i < RP; i++) {
-			for (uint a = 0u; a < NA; a++) {
-				o1[i * NA + a] *= alpha[i];
-				o2[i * NA + a] *= alpha[i];
-			}
+		PX_UNROLL for (uint a = 0u; a < RPM * NAM; a++) {
+			o1[a] *= alpha[a / NAM];
+			o2[a] *= alpha[a / NAM];
 		}
 		PX_LOOP for (uint jj = kh; jj < BC; jj += NKH) {
-			float pr[NV];
-			for (uint v = 0u; v < NV; v += 4u) {
-				vec4 p4 = sP[(jj * NV + v) / 4u];
+			float pr[NVM];
+			PX_UNROLL for (uint v = 0u; v < NVM; v += 4u) {
+				vec4 p4 = v < NV ? sP[(jj * NV + v) / 4u] : vec4(0.0);
 				pr[v] = p4.x;
 				pr[v + 1u] = p4.y;
 				pr[v + 2u] = p4.z;
 				pr[v + 3u] = p4.w;
 			}
-			for (uint wi = 0u; wi < WPT; wi++) {
-				uint c = wc + wi * WG;
-				if (c < NW) {
-					uint w = sV[jj * NW + c];
-					for (uint e = 0u; e < EPW; e++) {
-						float vx = kf(w, e);
-						for (uint i = 0u; i < RP; i++) {
-							o1[i * NA + wi * EPW + e] += pr[i] * vx;
-							if (HAS_R != 0u) {
-								o2[i * NA + wi * EPW + e] += pr[RP + i] * vx;
-							}
+			PX_UNROLL for (uint a = 0u; a < NAM; a++) {
+				uint c = wc + (a / EPW) * WG;
+				if (a >= NA || c >= NW) {
+					continue;
+				}
+				float vx = kf(sV[jj * NW + c], a % EPW);
+				PX_UNROLL for (uint i = 0u; i < RPM; i++) {
+					if (i < RP) {
+						o1[i * NAM + a] += pr[i] * vx;
+						if (HAS_R != 0u) {
+							o2[i * NAM + a] += pr[RP + i] * vx;
 						}
 					}
 				}
@@ -272,9 +295,11 @@ void main() {
 	// Sum the key slots' d1, d2 and the key groups' accumulators (shared
 	// memory reused: sP for the sums, sK/sV for the accumulators).
 	if (half_ == 0u) {
-		for (uint i = 0u; i < RP; i++) {
-			sP[(j * NV + i) / 4u][i % 4u] = dsum1[i];
-			sP[(j * NV + RP + i) / 4u][i % 4u] = dsum2[i];
+		PX_UNROLL for (uint i = 0u; i < RPM; i++) {
+			if (i < RP) {
+				sP[(j * NV + i) / 4u][i % 4u] = dsum1[i];
+				sP[(j * NV + RP + i) / 4u][i % 4u] = dsum2[i];
+			}
 		}
 	}
 	barrier();
@@ -286,56 +311,59 @@ void main() {
 		sT[t] = acc; // d1 of row t (t < RP), d2 of row t - RP
 	}
 	// Accumulators in columns: element x of row i from key group kh.
-	// D * NV floats per key group fit in sK + sV for NKH <= 2; larger
-	// NKH reduce in rounds.
+	// D * NV floats per key group; the groups fold in rounds of CAP (the
+	// host checks CAP >= 1). Accumulator a of an invocation is column
+	// x = (wc + (a / EPW) WG) EPW + a % EPW.
 	const uint CAP = (BC * KS + BC * NW) / (D * NV);
 	for (uint k0 = 0u; k0 < NKH; k0 += CAP) {
 		barrier();
 		if (kh >= k0 && kh < k0 + CAP) {
-			for (uint wi = 0u; wi < WPT; wi++) {
-				uint c = wc + wi * WG;
-				if (c < NW) {
-					for (uint e = 0u; e < EPW; e++) {
-						uint x = c * EPW + e;
-						for (uint i = 0u; i < RP; i++) {
-							uint base = ((kh - k0) * NV + i) * D + x;
-							uint base2 = ((kh - k0) * NV + RP + i) * D + x;
-							if (base < BC * KS) {
-								sK[base] = floatBitsToUint(o1[i * NA + wi * EPW + e]);
-							} else {
-								sV[base - BC * KS] = floatBitsToUint(o1[i * NA + wi * EPW + e]);
-							}
-							if (base2 < BC * KS) {
-								sK[base2] = floatBitsToUint(o2[i * NA + wi * EPW + e]);
-							} else {
-								sV[base2 - BC * KS] = floatBitsToUint(o2[i * NA + wi * EPW + e]);
-							}
-						}
+			PX_UNROLL for (uint a = 0u; a < NAM; a++) {
+				uint c = wc + (a / EPW) * WG, x = c * EPW + a % EPW;
+				if (a >= NA || c >= NW) {
+					continue;
+				}
+				PX_UNROLL for (uint i = 0u; i < RPM; i++) {
+					if (i >= RP) {
+						continue;
+					}
+					uint b1 = ((kh - k0) * NV + i) * D + x;
+					uint b2 = ((kh - k0) * NV + RP + i) * D + x;
+					if (b1 < BC * KS) {
+						sK[b1] = floatBitsToUint(o1[i * NAM + a]);
+					} else {
+						sV[b1 - BC * KS] = floatBitsToUint(o1[i * NAM + a]);
+					}
+					if (b2 < BC * KS) {
+						sK[b2] = floatBitsToUint(o2[i * NAM + a]);
+					} else {
+						sV[b2 - BC * KS] = floatBitsToUint(o2[i * NAM + a]);
 					}
 				}
 			}
 		}
 		barrier();
-		// Invocation kh == 0 of each column folds this round in.
+		// Key group 0 of each column folds this round in.
 		if (kh == 0u) {
-			for (uint wi = 0u; wi < WPT; wi++) {
-				uint c = wc + wi * WG;
-				if (c < NW) {
-					for (uint e = 0u; e < EPW; e++) {
-						uint x = c * EPW + e;
-						for (uint i = 0u; i < RP; i++) {
-							float a1 = k0 == 0u ? 0.0 : o1[i * NA + wi * EPW + e];
-							float a2 = k0 == 0u ? 0.0 : o2[i * NA + wi * EPW + e];
-							for (uint k = 0u; k < CAP && k0 + k < NKH; k++) {
-								uint base = (k * NV + i) * D + x;
-								uint base2 = (k * NV + RP + i) * D + x;
-								a1 += uintBitsToFloat(base < BC * KS ? sK[base] : sV[base - BC * KS]);
-								a2 += uintBitsToFloat(base2 < BC * KS ? sK[base2] : sV[base2 - BC * KS]);
-							}
-							o1[i * NA + wi * EPW + e] = a1;
-							o2[i * NA + wi * EPW + e] = a2;
-						}
+			PX_UNROLL for (uint a = 0u; a < NAM; a++) {
+				uint c = wc + (a / EPW) * WG, x = c * EPW + a % EPW;
+				if (a >= NA || c >= NW) {
+					continue;
+				}
+				PX_UNROLL for (uint i = 0u; i < RPM; i++) {
+					if (i >= RP) {
+						continue;
 					}
+					float a1 = k0 == 0u ? 0.0 : o1[i * NAM + a];
+					float a2 = k0 == 0u ? 0.0 : o2[i * NAM + a];
+					for (uint k = 0u; k < CAP && k0 + k < NKH; k++) {
+						uint b1 = (k * NV + i) * D + x;
+						uint b2 = (k * NV + RP + i) * D + x;
+						a1 += uintBitsToFloat(b1 < BC * KS ? sK[b1] : sV[b1 - BC * KS]);
+						a2 += uintBitsToFloat(b2 < BC * KS ? sK[b2] : sV[b2 - BC * KS]);
+					}
+					o1[i * NAM + a] = a1;
+					o2[i * NAM + a] = a2;
 				}
 			}
 		}
@@ -344,34 +372,34 @@ void main() {
 	if (kh != 0u) {
 		return;
 	}
-	for (uint wi = 0u; wi < WPT; wi++) {
-		uint c = wc + wi * WG;
-		if (c >= NW) {
+	PX_UNROLL for (uint a = 0u; a < NAM; a++) {
+		uint c = wc + (a / EPW) * WG, x = c * EPW + a % EPW;
+		if (a >= NA || c >= NW) {
 			continue;
 		}
-		for (uint e = 0u; e < EPW; e++) {
-			uint x = c * EPW + e;
-			for (uint i = 0u; i < RP && i < rows; i++) {
-				float a1 = o1[i * NA + wi * EPW + e], a2 = o2[i * NA + wi * EPW + e];
-				float d1 = sT[i], d2 = sT[RP + i];
-				uint row = qrow(b, hk, i);
-				if (PARTIAL != 0u) {
-					uint base = (row * S + split) * (3u + 2u * D);
-					part[base + 3u + x] = a1;
-					part[base + 3u + D + x] = a2;
-					if (x == 0u) {
-						part[base] = m[i];
-						part[base + 1u] = d1;
-						part[base + 2u] = d2;
-					}
-				} else {
-					float o = 0.0;
-					if (d1 > 0.0) {
-						float vb = a1 / d1;
-						o = HAS_R != 0u ? vb * (1.0 + d2 / d1) - a2 / d1 : vb;
-					}
-					O_st(row * D + x, o);
+		PX_UNROLL for (uint i = 0u; i < RPM; i++) {
+			if (i >= RP || i >= rows) {
+				continue;
+			}
+			float a1 = o1[i * NAM + a], a2 = o2[i * NAM + a];
+			float d1 = sT[i], d2 = sT[RP + i];
+			uint row = qrow(b, hk, i);
+			if (PARTIAL != 0u) {
+				uint base = (row * S + split) * (3u + 2u * D);
+				part[base + 3u + x] = a1;
+				part[base + 3u + D + x] = a2;
+				if (x == 0u) {
+					part[base] = m[i];
+					part[base + 1u] = d1;
+					part[base + 2u] = d2;
 				}
+			} else {
+				float o = 0.0;
+				if (d1 > 0.0) {
+					float vb = a1 / d1;
+					o = HAS_R != 0u ? vb * (1.0 + d2 / d1) - a2 / d1 : vb;
+				}
+				O_st(row * D + x, o);
 			}
 		}
 	}

@@ -114,7 +114,10 @@ void main() {
 		}
 	}
 	float o1[16], o2[16];
-	for (uint k = 0u; k < NE; k++) {
+	PX_UNROLL for (uint k = 0u; k < 16u; k++) {
+		if (k >= NE) {
+			break;
+		}
 		o1[k] = 0.0;
 		o2[k] = 0.0;
 	}
@@ -191,7 +194,10 @@ void main() {
 			sAlpha[t] = alpha;
 		}
 		barrier();
-		for (uint k = 0u; k < NE; k++) {
+		PX_UNROLL for (uint k = 0u; k < 16u; k++) {
+			if (k >= NE) {
+				break;
+			}
 			uint e = t + WG * k;
 			if (e < BR * D) {
 				uint r = e / D, x = e % D;
@@ -211,7 +217,10 @@ void main() {
 
 	if (PARTIAL != 0u) {
 		uint PS = 3u + 2u * D;
-		for (uint k = 0u; k < NE; k++) {
+		PX_UNROLL for (uint k = 0u; k < 16u; k++) {
+			if (k >= NE) {
+				break;
+			}
 			uint e = t + WG * k, rr = qb * BR + e / D;
 			if (e < BR * D && rr < rows) {
 				uint base = (qrow(b, hk, rr) * S + split) * PS;
@@ -227,7 +236,10 @@ void main() {
 		}
 		return;
 	}
-	for (uint k = 0u; k < NE; k++) {
+	PX_UNROLL for (uint k = 0u; k < 16u; k++) {
+		if (k >= NE) {
+			break;
+		}
 		uint e = t + WG * k, r = e / D, rr = qb * BR + r;
 		if (e >= BR * D || rr >= rows) {
 			continue;

@@ -226,7 +226,7 @@ void main() {
 	float qr = wg_sum(part2);
 	bool bad = sfail != 0u || !(den > 1e-9 * omega);
 	float acc[8];
-	for (uint k = 0u; k < 8u; k++) {
+	PX_UNROLL for (uint k = 0u; k < 8u; k++) {
 		acc[k] = 0.0;
 	}
 	for (uint t0 = lo; t0 < hi && !bad; t0 += BC) {
@@ -245,7 +245,7 @@ void main() {
 			sdk[e] = j < nt ? V_ld((kvbase + t0 + j) * D + e % D) : 0.0;
 		}
 		barrier();
-		for (uint k = 0u; k < 8u; k++) {
+		PX_UNROLL for (uint k = 0u; k < 8u; k++) {
 			uint x = t + WG * k;
 			if (x < D) {
 				float a = 0.0;
@@ -258,7 +258,7 @@ void main() {
 		barrier();
 	}
 	bool finite = true;
-	for (uint k = 0u; k < 8u; k++) {
+	PX_UNROLL for (uint k = 0u; k < 8u; k++) {
 		if (isnan(acc[k]) || isinf(acc[k])) {
 			finite = false;
 		}
@@ -273,7 +273,7 @@ void main() {
 		}
 		return;
 	}
-	for (uint k = 0u; k < 8u; k++) {
+	PX_UNROLL for (uint k = 0u; k < 8u; k++) {
 		uint x = t + WG * k;
 		if (x < D) {
 			O_st(qoff + x, acc[k]);

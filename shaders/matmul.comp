@@ -40,8 +40,10 @@ void main() {
 	uint aoff = z * pc.strideA, boff = z * pc.strideB, coff = z * pc.strideC;
 	uint M = pc.M, N = pc.N, K = pc.K;
 
+	// acc[i * 8 + j]: literal sizes and trip counts keep the register
+	// arrays in registers on NVIDIA (see attn_decode.comp).
 	float acc[64];
-	for (uint i = 0u; i < RM * RN; i++) {
+	PX_UNROLL for (uint i = 0u; i < 64u; i++) {
 		acc[i] = 0.0;
 	}
 	for (uint k0 = 0u; k0 < K; k0 += TK) {
@@ -80,32 +82,34 @@ void main() {
 		barrier();
 		for (uint kk = 0u; kk < TK; kk++) {
 			float a[8], b[8];
-			for (uint i = 0u; i < RM; i++) {
-				a[i] = sA[kk * TILE_M + ty + 16u * i];
+			PX_UNROLL for (uint i = 0u; i < 8u; i++) {
+				a[i] = i < RM ? sA[kk * TILE_M + ty + 16u * i] : 0.0;
 			}
-			for (uint j = 0u; j < RN; j++) {
-				b[j] = sB[kk * TILE_N + tx + 16u * j];
+			PX_UNROLL for (uint j = 0u; j < 8u; j++) {
+				b[j] = j < RN ? sB[kk * TILE_N + tx + 16u * j] : 0.0;
 			}
-			for (uint i = 0u; i < RM; i++) {
-				for (uint j = 0u; j < RN; j++) {
-					acc[i * RN + j] += a[i] * b[j];
+			PX_UNROLL for (uint i = 0u; i < 8u; i++) {
+				PX_UNROLL for (uint j = 0u; j < 8u; j++) {
+					if (i < RM && j < RN) {
+						acc[i * 8u + j] += a[i] * b[j];
+					}
 				}
 			}
 		}
 		barrier();
 	}
-	for (uint i = 0u; i < RM; i++) {
+	PX_UNROLL for (uint i = 0u; i < 8u; i++) {
 		uint m = m0 + ty + 16u * i;
-		if (m >= M) {
+		if (i >= RM || m >= M) {
 			continue;
 		}
-		for (uint j = 0u; j < RN; j++) {
+		PX_UNROLL for (uint j = 0u; j < 8u; j++) {
 			uint n = n0 + tx + 16u * j;
-			if (n >= N) {
+			if (j >= RN || n >= N) {
 				continue;
 			}
 			uint idx = coff + m * N + n;
-			float v = acc[i * RN + j];
+			float v = acc[i * 8u + j];
 			if (pc.accumulate != 0u) {
 				v += C_ld(idx);
 			}

@@ -486,9 +486,6 @@ func TestDataParallelGPUs(t *testing.T) {
 	for _, preset := range []string{"small", "gpt2-124m-like"} {
 		cfg := base
 		cfg.Model, cfg.Steps, cfg.Optim = preset, 30, train.DefaultOptimConfig(train.OptMuon)
-		if preset != "small" {
-			cfg.Vocab = 16384
-		}
 		one := runOne(cfg)
 		cfg.Batch *= 2
 		two := runTwo(cfg)

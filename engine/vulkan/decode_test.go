@@ -79,9 +79,14 @@ func TestDecodeKernel(t *testing.T) {
 				}
 				if dd, ok := dev.(*Device); ok {
 					dm := engine.AttnDims{B: tc.B, Hq: Hq, Hkv: tc.Hkv, G: tc.G, Lq: tc.Lq, Lk: tc.Cap, D: tc.D}
-					if _, fast := dd.planDecode(dm, a); fast != (!tc.generic && tc.G*tc.Lq <= 8) {
+					// Every device with subgroup arithmetic and 32 KiB of
+					// shared memory takes these to attn_decode; larger
+					// head dimensions may need more.
+					_, fast := dd.planDecode(dm, a)
+					if want := !tc.generic && tc.G*tc.Lq <= 8; fast != want && (!want || tc.D <= 128) {
 						t.Fatalf("attn_decode serves this shape on %s: %v", dd.pd.name, fast)
 					}
+					t.Logf("attn_decode: %v", fast)
 				}
 				ops, ok := dev.(engine.Ops)
 				if !ok {

@@ -257,7 +257,8 @@ func (d *Device) planDecode(dm engine.AttnDims, a engine.DecodeArgs) (decodeTile
 		wg, nv := 2*bc, 2*rp
 		shared := 4 * (dm.D*nv + bc*(nw+1) + bc*nw + bc*nv + bc*rp + 16*rp)
 		if wg > maxWG || shared > limit || minSG < 1 || wg/minSG > 16 || wg%minSG != 0 ||
-			(bc*(nw+1)+bc*nw)/(dm.D*nv) < 1 || (nw < wg && wg%nw != 0) || (nw > wg && nw%wg != 0) {
+			(bc*(nw+1)+bc*nw)/(dm.D*nv) < 1 || (nw < wg && wg%nw != 0) || (nw > wg && nw%wg != 0) ||
+			(nw+wg-1)/wg*(dm.D/nw) > 4 || (bc*nw/4+wg-1)/wg > 16 {
 			continue
 		}
 		return decodeTiles{rp: rp, bc: bc}, true

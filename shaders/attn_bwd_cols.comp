@@ -67,11 +67,10 @@ void main() {
 	}
 	float dk[16], dv[16];
 	PX_UNROLL for (uint k = 0u; k < 16u; k++) {
-		if (k >= NE) {
-			break;
+		if (!(k >= NE)) {
+			dk[k] = 0.0;
+			dv[k] = 0.0;
 		}
-		dk[k] = 0.0;
-		dv[k] = 0.0;
 	}
 	uint nrb = (rows + BR - 1u) / BR;
 	for (uint rb = 0u; rb < nrb; rb++) {
@@ -170,37 +169,35 @@ void main() {
 		}
 		barrier();
 		PX_UNROLL for (uint k = 0u; k < 16u; k++) {
-			if (k >= NE) {
-				break;
-			}
-			uint e = t + WG * k;
-			if (e < BC * D) {
-				uint j = e / D, x = e % D;
-				float a1 = 0.0, a2 = 0.0;
-				PX_LOOP for (uint r = 0u; r < BR; r++) {
-					uint pe = r * BC + j;
-					if (MODE == MODE_SOFTMAX) {
-						a1 += sP[pe] * sQ[r * D + x];
+			if (!(k >= NE)) {
+				uint e = t + WG * k;
+				if (e < BC * D) {
+					uint j = e / D, x = e % D;
+					float a1 = 0.0, a2 = 0.0;
+					PX_LOOP for (uint r = 0u; r < BR; r++) {
+						uint pe = r * BC + j;
+						if (MODE == MODE_SOFTMAX) {
+							a1 += sP[pe] * sQ[r * D + x];
+						}
+						if (HAS_R != 0u) {
+							a1 += sPT[pe] * sR[r * D + x];
+						}
+						a2 += sPW[pe] * sG[r * D + x];
 					}
-					if (HAS_R != 0u) {
-						a1 += sPT[pe] * sR[r * D + x];
-					}
-					a2 += sPW[pe] * sG[r * D + x];
+					dk[k] += a1;
+					dv[k] += a2;
 				}
-				dk[k] += a1;
-				dv[k] += a2;
 			}
 		}
 	}
 	PX_UNROLL for (uint k = 0u; k < 16u; k++) {
-		if (k >= NE) {
-			break;
-		}
-		uint e = t + WG * k, key = j0 + e / D;
-		if (e < BC * D && key < j1) {
-			uint off = (kvbase + key) * D + e % D;
-			DK_st(off, dk[k]);
-			DV_st(off, dv[k]);
+		if (!(k >= NE)) {
+			uint e = t + WG * k, key = j0 + e / D;
+			if (e < BC * D && key < j1) {
+				uint off = (kvbase + key) * D + e % D;
+				DK_st(off, dk[k]);
+				DV_st(off, dv[k]);
+			}
 		}
 	}
 }

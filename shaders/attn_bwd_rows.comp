@@ -101,11 +101,10 @@ void main() {
 	}
 	float dq[16], dr[16];
 	PX_UNROLL for (uint k = 0u; k < 16u; k++) {
-		if (k >= NE) {
-			break;
+		if (!(k >= NE)) {
+			dq[k] = 0.0;
+			dr[k] = 0.0;
 		}
-		dq[k] = 0.0;
-		dr[k] = 0.0;
 	}
 	barrier();
 	uint kmin = n, kmax = 0u;
@@ -162,38 +161,35 @@ void main() {
 		}
 		barrier();
 		PX_UNROLL for (uint k = 0u; k < 16u; k++) {
-			if (k >= NE) {
-				break;
-			}
-			uint e = t + WG * k;
-			if (e < BR * D) {
-				uint r = e / D, x = e % D;
-				float s1 = 0.0, s2 = 0.0;
-				PX_LOOP for (uint j = 0u; j < BC; j++) {
-					float kv = sK[j * D + x];
-					s1 += sP[r * BC + j] * kv;
-					s2 += sPT[r * BC + j] * kv;
+			if (!(k >= NE)) {
+				uint e = t + WG * k;
+				if (e < BR * D) {
+					uint r = e / D, x = e % D;
+					float s1 = 0.0, s2 = 0.0;
+					PX_LOOP for (uint j = 0u; j < BC; j++) {
+						float kv = sK[j * D + x];
+						s1 += sP[r * BC + j] * kv;
+						s2 += sPT[r * BC + j] * kv;
+					}
+					dq[k] += s1;
+					dr[k] += s2;
 				}
-				dq[k] += s1;
-				dr[k] += s2;
 			}
 		}
 		barrier();
 	}
 	PX_UNROLL for (uint k = 0u; k < 16u; k++) {
-		if (k >= NE) {
-			break;
-		}
-		uint e = t + WG * k, rr = qb * BR + e / D;
-		if (e >= BR * D || rr >= rows) {
-			continue;
-		}
-		uint off = qrow(b, hk, rr) * D + e % D;
-		if (MODE == MODE_SOFTMAX) {
-			DQ_st(off, dq[k]);
-		}
-		if (HAS_R != 0u) {
-			DR_st(off, dr[k]);
+		if (!(k >= NE)) {
+			uint e = t + WG * k, rr = qb * BR + e / D;
+			if (!(e >= BR * D || rr >= rows)) {
+				uint off = qrow(b, hk, rr) * D + e % D;
+				if (MODE == MODE_SOFTMAX) {
+					DQ_st(off, dq[k]);
+				}
+				if (HAS_R != 0u) {
+					DR_st(off, dr[k]);
+				}
+			}
 		}
 	}
 }

@@ -115,11 +115,10 @@ void main() {
 	}
 	float o1[16], o2[16];
 	PX_UNROLL for (uint k = 0u; k < 16u; k++) {
-		if (k >= NE) {
-			break;
+		if (!(k >= NE)) {
+			o1[k] = 0.0;
+			o2[k] = 0.0;
 		}
-		o1[k] = 0.0;
-		o2[k] = 0.0;
 	}
 	barrier();
 	uint kmin = n, kmax = 0u;
@@ -195,21 +194,20 @@ void main() {
 		}
 		barrier();
 		PX_UNROLL for (uint k = 0u; k < 16u; k++) {
-			if (k >= NE) {
-				break;
-			}
-			uint e = t + WG * k;
-			if (e < BR * D) {
-				uint r = e / D, x = e % D;
-				float s1 = 0.0, s2 = 0.0;
-				PX_LOOP for (uint j = 0u; j < BC; j++) {
-					float v = sV[j * D + x];
-					s1 += sP[r * BC + j] * v;
-					s2 += sPT[r * BC + j] * v;
+			if (!(k >= NE)) {
+				uint e = t + WG * k;
+				if (e < BR * D) {
+					uint r = e / D, x = e % D;
+					float s1 = 0.0, s2 = 0.0;
+					PX_LOOP for (uint j = 0u; j < BC; j++) {
+						float v = sV[j * D + x];
+						s1 += sP[r * BC + j] * v;
+						s2 += sPT[r * BC + j] * v;
+					}
+					float a = sAlpha[r];
+					o1[k] = a * o1[k] + s1;
+					o2[k] = a * o2[k] + s2;
 				}
-				float a = sAlpha[r];
-				o1[k] = a * o1[k] + s1;
-				o2[k] = a * o2[k] + s2;
 			}
 		}
 		barrier();
@@ -218,14 +216,13 @@ void main() {
 	if (PARTIAL != 0u) {
 		uint PS = 3u + 2u * D;
 		PX_UNROLL for (uint k = 0u; k < 16u; k++) {
-			if (k >= NE) {
-				break;
-			}
-			uint e = t + WG * k, rr = qb * BR + e / D;
-			if (e < BR * D && rr < rows) {
-				uint base = (qrow(b, hk, rr) * S + split) * PS;
-				part[base + 3u + e % D] = o1[k];
-				part[base + 3u + D + e % D] = o2[k];
+			if (!(k >= NE)) {
+				uint e = t + WG * k, rr = qb * BR + e / D;
+				if (e < BR * D && rr < rows) {
+					uint base = (qrow(b, hk, rr) * S + split) * PS;
+					part[base + 3u + e % D] = o1[k];
+					part[base + 3u + D + e % D] = o2[k];
+				}
 			}
 		}
 		if (t < BR && qb * BR + t < rows) {
@@ -237,27 +234,25 @@ void main() {
 		return;
 	}
 	PX_UNROLL for (uint k = 0u; k < 16u; k++) {
-		if (k >= NE) {
-			break;
-		}
-		uint e = t + WG * k, r = e / D, rr = qb * BR + r;
-		if (e >= BR * D || rr >= rows) {
-			continue;
-		}
-		float d1 = sD1[r], o = 0.0, vb = 0.0;
-		if (MODE == MODE_PLAIN) {
-			o = o2[k];
-		} else if (d1 > 0.0) {
-			vb = o1[k] / d1;
-			o = vb;
-			if (HAS_R != 0u) {
-				o = vb * (1.0 + sD2[r] / d1) - o2[k] / d1;
+		if (!(k >= NE)) {
+			uint e = t + WG * k, r = e / D, rr = qb * BR + r;
+			if (!(e >= BR * D || rr >= rows)) {
+				float d1 = sD1[r], o = 0.0, vb = 0.0;
+				if (MODE == MODE_PLAIN) {
+					o = o2[k];
+				} else if (d1 > 0.0) {
+					vb = o1[k] / d1;
+					o = vb;
+					if (HAS_R != 0u) {
+						o = vb * (1.0 + sD2[r] / d1) - o2[k] / d1;
+					}
+				}
+				uint off = qrow(b, hk, rr) * D + e % D;
+				O_st(off, o);
+				if ((pc.flags & 2u) != 0u) {
+					VB_st(off, vb);
+				}
 			}
-		}
-		uint off = qrow(b, hk, rr) * D + e % D;
-		O_st(off, o);
-		if ((pc.flags & 2u) != 0u) {
-			VB_st(off, vb);
 		}
 	}
 	if (t < BR && qb * BR + t < rows) {

@@ -100,20 +100,18 @@ void main() {
 	}
 	PX_UNROLL for (uint i = 0u; i < 8u; i++) {
 		uint m = m0 + ty + 16u * i;
-		if (i >= RM || m >= M) {
-			continue;
-		}
-		PX_UNROLL for (uint j = 0u; j < 8u; j++) {
-			uint n = n0 + tx + 16u * j;
-			if (j >= RN || n >= N) {
-				continue;
+		if (!(i >= RM || m >= M)) {
+			PX_UNROLL for (uint j = 0u; j < 8u; j++) {
+				uint n = n0 + tx + 16u * j;
+				if (!(j >= RN || n >= N)) {
+					uint idx = coff + m * N + n;
+					float v = acc[i * 8u + j];
+					if (pc.accumulate != 0u) {
+						v += C_ld(idx);
+					}
+					C_st(idx, v);
+				}
 			}
-			uint idx = coff + m * N + n;
-			float v = acc[i * 8u + j];
-			if (pc.accumulate != 0u) {
-				v += C_ld(idx);
-			}
-			C_st(idx, v);
 		}
 	}
 }

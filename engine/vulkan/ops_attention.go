@@ -250,7 +250,9 @@ func (d *Device) planDecode(dm engine.AttnDims, a engine.DecodeArgs) (decodeTile
 	}
 	limit := int(d.pd.lim.maxSharedMemory) - 256
 	maxWG := min(int(d.pd.lim.maxGroupInvocations), int(d.pd.lim.maxGroupSize[0]))
-	for bc := 64; bc >= 16; bc /= 2 {
+	// 32-key tiles measured faster than 64 on the H200 (more workgroups
+	// per multiprocessor); 64 remains as a tuning choice.
+	for _, bc := range []int{32, 16, 64} {
 		if v, err := strconv.Atoi(os.Getenv("PARALLAX_VULKAN_DECODE_BC")); err == nil && v != bc {
 			continue // a tuning override
 		}
@@ -258,7 +260,7 @@ func (d *Device) planDecode(dm engine.AttnDims, a engine.DecodeArgs) (decodeTile
 		shared := 4 * (dm.D*nv + bc*(nw+1) + bc*nw + bc*nv + bc*rp + 16*rp)
 		if wg > maxWG || shared > limit || minSG < 1 || wg/minSG > 16 || wg%minSG != 0 ||
 			(bc*(nw+1)+bc*nw)/(dm.D*nv) < 1 || (nw < wg && wg%nw != 0) || (nw > wg && nw%wg != 0) ||
-			(nw+wg-1)/wg*(dm.D/nw) > 4 || (bc*nw/4+wg-1)/wg > 16 {
+			(nw+wg-1)/wg*(dm.D/nw) > 2 || (bc*nw/4+wg-1)/wg > 16 {
 			continue
 		}
 		return decodeTiles{rp: rp, bc: bc}, true
@@ -299,9 +301,11 @@ func (d *Device) decodeFast(dm engine.AttnDims, tl decodeTiles, a engine.DecodeA
 		part = scratch(pr)
 	}
 	o := out(a.O)
-	kernel := "attn_decode"
-	if os.Getenv("PARALLAX_VULKAN_DECODE_VARIANT") == "unroll" {
-		kernel = "attn_decode.unroll"
+	// Loading the next tile during this one's arithmetic measured 4-10%
+	// faster on the H200 (docs/PERFORMANCE.md); "plain" is the other.
+	kernel := "attn_decode.prefetch"
+	if os.Getenv("PARALLAX_VULKAN_DECODE_VARIANT") == "plain" {
+		kernel = "attn_decode"
 	}
 	if err := d.launch(kernel, 2*tl.bc, sp, pc, d.groups1(items*S),
 		in(a.Q), in(a.KCache), in(a.VCache), d.opt(a.R, false), o, in(a.Lens), part, d.statusArg()); err != nil {

@@ -43,11 +43,10 @@ var Variants = func() []Variant {
 			Variant{Name: k, Source: k, Target: "vulkan1.1"},
 			Variant{Name: k + ".no16", Source: k, Defines: []string{"PX_NO16"}, Target: "vulkan1.1"})
 	}
-	// attn_decode with its loops left to the driver to unroll (GPUs; the
-	// default kernel keeps them for lavapipe's compile times).
+	// attn_decode loading each tile during the previous one's arithmetic.
 	vs = append(vs,
-		Variant{Name: "attn_decode.unroll", Source: "attn_decode", Defines: []string{"PX_LOOP="}, Target: "vulkan1.1"},
-		Variant{Name: "attn_decode.unroll.no16", Source: "attn_decode", Defines: []string{"PX_LOOP=", "PX_NO16"}, Target: "vulkan1.1"})
+		Variant{Name: "attn_decode.prefetch", Source: "attn_decode", Defines: []string{"PX_PREFETCH"}, Target: "vulkan1.1"},
+		Variant{Name: "attn_decode.prefetch.no16", Source: "attn_decode", Defines: []string{"PX_PREFETCH", "PX_NO16"}, Target: "vulkan1.1"})
 	// The tensor-core matmul: GL_NV_cooperative_matrix, f16 inputs.
 	vs = append(vs, Variant{Name: "matmul_coop", Source: "matmul_coop", Target: "vulkan1.1"})
 	// parallax-view's frame: into the swapchain image in its own format

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/parallax-engine/parallax/engine"
-	"github.com/parallax-engine/parallax/engine/cuda"
 )
 
 // TestNCCLStartJoin checks the collectives on the second stream on two
@@ -16,25 +15,10 @@ import (
 // must land after the result, a read) behind it, and a collective on the
 // device's stream after a started one, without a Join, runs after it.
 func TestNCCLStartJoin(t *testing.T) {
-	devs := openGPUs(t, 2)
-	id, err := cuda.NCCLUniqueID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	comms := make([]*cuda.NCCL, 2)
-	onGPUs(t, 2, func(r int) error {
-		var err error
-		comms[r], err = devs[r].NewNCCL(id, r, 2)
-		return err
-	})
-	if t.Failed() {
+	devs, comms := ncclPair(t)
+	if comms == nil {
 		return
 	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
 	const n = 1 << 22 // 16 MiB: long enough that unordered work would show
 	onGPUs(t, 2, func(r int) error {
 		d, c := devs[r], comms[r]

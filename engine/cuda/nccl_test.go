@@ -125,9 +125,10 @@ func closeTo(got, want []float32, tol float64) error {
 	return nil
 }
 
-// TestNCCLCollectives runs every collective on two GPUs and measures the
-// all-reduce bandwidth.
-func TestNCCLCollectives(t *testing.T) {
+// ncclPair opens two GPUs and a communicator between them (closed when
+// the test ends); comms is nil when creating it failed (already reported).
+func ncclPair(t *testing.T) ([]*cuda.Device, []*cuda.NCCL) {
+	t.Helper()
 	devs := openGPUs(t, 2)
 	id, err := cuda.NCCLUniqueID()
 	if err != nil {
@@ -139,14 +140,26 @@ func TestNCCLCollectives(t *testing.T) {
 		comms[r], err = devs[r].NewNCCL(id, r, 2)
 		return err
 	})
+	t.Cleanup(func() {
+		for _, c := range comms {
+			if c != nil {
+				c.Close()
+			}
+		}
+	})
 	if t.Failed() {
+		return devs, nil
+	}
+	return devs, comms
+}
+
+// TestNCCLCollectives runs every collective on two GPUs and measures the
+// all-reduce bandwidth.
+func TestNCCLCollectives(t *testing.T) {
+	devs, comms := ncclPair(t)
+	if comms == nil {
 		return
 	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
 	const n = 1000
 	seq := func(f func(i int) float32) []float32 {
 		v := make([]float32, n)

@@ -34,19 +34,29 @@ func (backend) Open(index int) (engine.Device, error) {
 
 // Open opens Vulkan device index (the N of "vulkan:N").
 func Open(index int) (*Device, error) {
-	rt, err := loadRuntime()
+	rt, p, err := usablePhys(index)
 	if err != nil {
 		return nil, err
 	}
+	return newDevice(rt, p)
+}
+
+// usablePhys is the runtime and physical device index, or why it cannot
+// be opened.
+func usablePhys(index int) (*vkRuntime, *physDevice, error) {
+	rt, err := loadRuntime()
+	if err != nil {
+		return nil, nil, err
+	}
 	if index < 0 || index >= len(rt.phys) {
-		return nil, fmt.Errorf("vulkan has %d device(s) (indices 0..%d), not vulkan:%d: %w",
+		return nil, nil, fmt.Errorf("vulkan has %d device(s) (indices 0..%d), not vulkan:%d: %w",
 			len(rt.phys), len(rt.phys)-1, index, engine.ErrNoDevice)
 	}
 	p := rt.phys[index]
 	if err := p.usable(); err != nil {
-		return nil, fmt.Errorf("vulkan:%d: %w", index, err)
+		return nil, nil, fmt.Errorf("vulkan:%d: %w", index, err)
 	}
-	return newDevice(rt, p)
+	return rt, p, nil
 }
 
 // Count returns the number of Vulkan devices, or an error saying why Vulkan

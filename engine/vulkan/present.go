@@ -71,17 +71,9 @@ func Instance() (unsafe.Pointer, error) {
 // (and, where the device has it, shaderStorageImageWriteWithoutFormat, so
 // kernels can write swapchain images directly) enabled.
 func OpenPresenting(index int) (*Device, error) {
-	rt, err := loadRuntime()
+	rt, p, err := usablePhys(index)
 	if err != nil {
 		return nil, err
-	}
-	if index < 0 || index >= len(rt.phys) {
-		return nil, fmt.Errorf("vulkan has %d device(s) (indices 0..%d), not vulkan:%d: %w",
-			len(rt.phys), len(rt.phys)-1, index, engine.ErrNoDevice)
-	}
-	p := rt.phys[index]
-	if err := p.usable(); err != nil {
-		return nil, fmt.Errorf("vulkan:%d: %w", index, err)
 	}
 	if !hasString(p.exts, "VK_KHR_swapchain") {
 		return nil, fmt.Errorf("vulkan:%d (%s) cannot present to windows (no VK_KHR_swapchain)", index, p.name)

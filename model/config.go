@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/parallax-engine/parallax/internal/atomicfile"
 )
 
 // Attention kinds (Config.Attention).
@@ -376,29 +377,7 @@ func WriteConfig(path string, c Config) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, append(b, '\n'))
-}
-
-// writeFileAtomic writes data to a temp file next to path, syncs it and
-// renames it over path.
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.WriteFile(path, append(b, '\n')); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil

@@ -21,6 +21,8 @@ import (
 	"unsafe"
 
 	kernels "github.com/parallax-engine/parallax/shaders/cuda"
+
+	"github.com/parallax-engine/parallax/internal/atomicfile"
 )
 
 // archFor names the NVRTC target for compute capability major.minor:
@@ -191,10 +193,7 @@ func build(name string, src source, opts []string, nvrtc [2]int) ([]byte, error)
 		fmt.Fprintf(os.Stderr, "nvrtc %s.cu:\n%s\n", name, log)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
-		tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
-		if os.WriteFile(tmp, img, 0o644) == nil {
-			os.Rename(tmp, path)
-		}
+		_ = atomicfile.WriteFile(path, img) // a cache: losing it costs only time
 	}
 	return img, nil
 }

@@ -22,6 +22,8 @@ import (
 	vk "github.com/vulkan-go/vulkan"
 
 	"github.com/parallax-engine/parallax/shaders"
+
+	"github.com/parallax-engine/parallax/internal/atomicfile"
 )
 
 // Pipelines. A kernel is a SPIR-V module of package shaders plus its
@@ -110,15 +112,7 @@ func (p *pipelines) save() {
 	if err := os.MkdirAll(filepath.Dir(p.cachePath), 0o755); err != nil {
 		return
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(p.cachePath), ".cache-*")
-	if err != nil {
-		return
-	}
-	_, werr := tmp.Write(data)
-	cerr := tmp.Close()
-	if werr != nil || cerr != nil || os.Rename(tmp.Name(), p.cachePath) != nil {
-		os.Remove(tmp.Name())
-	}
+	_ = atomicfile.WriteFile(p.cachePath, data) // a cache: losing it costs only time
 }
 
 func (p *pipelines) destroy() {

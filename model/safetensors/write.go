@@ -1,22 +1,20 @@
 package safetensors
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"unicode/utf8"
 
 	"github.com/parallax-engine/parallax/engine"
+
+	"github.com/parallax-engine/parallax/internal/atomicfile"
 )
 
 // Tensor is one tensor to write: a name, a safetensors dtype name, a shape
@@ -75,57 +73,13 @@ func Write(path string, tensors []Tensor, metadata map[string]string) (err error
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	err = atomicfile.Write(path, func(w io.Writer) error {
+		return emit(w, header, tensors, order)
+	})
 	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return fmt.Errorf("write %s: create a temporary file in %s: %w", path, dir, err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-			err = fmt.Errorf("write %s: %w", path, err)
-		}
-	}()
-	bw := bufio.NewWriterSize(tmp, 1<<20)
-	if err = emit(bw, header, tensors, order); err != nil {
-		return err
-	}
-	if err = bw.Flush(); err != nil {
-		return err
-	}
-	if err = tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	syncDir(dir)
 	return nil
-}
-
-// syncDir makes a rename in dir durable where the platform supports it; a
-// failure only weakens durability, so it is ignored.
-func syncDir(dir string) {
-	d, err := os.Open(dir)
-	if err != nil {
-		return
-	}
-	_ = d.Sync()
-	_ = d.Close()
 }
 
 // Encode writes tensors and metadata in the safetensors format to w, laid

@@ -7,13 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/parallax-engine/parallax/internal/atomicfile"
 )
 
 // SaveHF writes the tokenizer as a Hugging Face tokenizer.json, which LoadHF
 // and the tokenizers library both read: a BPE model with GPT-2's ByteLevel
 // pre-tokenizer and decoder, the special tokens as added tokens.
 func (t *Tokenizer) SaveHF(path string) error {
-	if err := writeFileAtomic(path, t.hfJSON()); err != nil {
+	if err := atomicfile.WriteFile(path, t.hfJSON()); err != nil {
 		return fmt.Errorf("tokenizer: save: %w", err)
 	}
 	return nil
@@ -37,7 +39,7 @@ func (t *Tokenizer) Save(dir string) error {
 		{"vocab.json", t.vocabJSON("")},
 		{"merges.txt", merges},
 	} {
-		if err := writeFileAtomic(filepath.Join(dir, f.name), f.data); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, f.name), f.data); err != nil {
 			return fmt.Errorf("tokenizer: save: %w", err)
 		}
 	}
@@ -136,32 +138,4 @@ func (t *Tokenizer) hfJSON() []byte {
 	}
 	b.WriteString("]\n  }\n}\n")
 	return b.Bytes()
-}
-
-// writeFileAtomic writes data to a temporary file beside path and renames it
-// into place, so that path never holds a partial file.
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
 }

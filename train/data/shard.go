@@ -11,7 +11,8 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
-	"path/filepath"
+
+	"github.com/parallax-engine/parallax/internal/atomicfile"
 )
 
 // Shard file layout (little-endian):
@@ -180,32 +181,8 @@ func ReadShard(path string) (*Shard, error) {
 // WriteAtomic creates path with the content fill writes: it writes a
 // temporary file in the same directory, syncs it and renames it over path,
 // so readers see either the old file or the complete new one.
-func WriteAtomic(path string, fill func(w io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err = fill(f); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
+func WriteAtomic(path string, fill func(w io.Writer) error) error {
+	if err := atomicfile.Write(path, fill); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil

@@ -17,6 +17,8 @@ import (
 	"github.com/parallax-engine/parallax/engine"
 	"github.com/parallax-engine/parallax/train"
 	"github.com/parallax-engine/parallax/train/plot"
+
+	"github.com/parallax-engine/parallax/internal/atomicfile"
 )
 
 // Files a suite writes into its output directory.
@@ -236,28 +238,7 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	return writeFile(path, append(b, '\n'))
-}
-
-func writeFile(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
+	return atomicfile.WriteFile(path, append(b, '\n'))
 }
 
 // dataCache generates each setting's data once and drops it when its last
@@ -793,7 +774,7 @@ func writeResults(out string, r *SuiteResult) error {
 	if err := writeJSON(filepath.Join(out, ResultsJSON), r); err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(out, ResultsMD), []byte(r.Markdown())); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(out, ResultsMD), []byte(r.Markdown())); err != nil {
 		return err
 	}
 	return plot.WriteBarsPNG(filepath.Join(out, ResultsPNG), 1100, 520, r.Chart())

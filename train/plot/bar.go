@@ -1,14 +1,14 @@
 package plot
 
 import (
-	"bytes"
 	"fmt"
 	"image"
 	"image/png"
+	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
+
+	"github.com/parallax-engine/parallax/internal/atomicfile"
 )
 
 // BarChart is a grouped bar chart: one group of bars per category (a task,
@@ -36,26 +36,10 @@ func RenderBars(width, height int, c BarChart) *image.RGBA {
 // WriteBarsPNG writes the chart to path atomically (temporary file +
 // rename).
 func WriteBarsPNG(path string, width, height int, c BarChart) error {
-	var buf bytes.Buffer
-	if err := png.Encode(&buf, RenderBars(width, height, c)); err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	err := atomicfile.Write(path, func(w io.Writer) error {
+		return png.Encode(w, RenderBars(width, height, c))
+	})
 	if err != nil {
-		return fmt.Errorf("plot: %w", err)
-	}
-	_, err = f.Write(buf.Bytes())
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
 	return nil

@@ -4,16 +4,15 @@
 package plot
 
 import (
-	"bytes"
 	"fmt"
 	"image"
 	"image/color"
 	"image/png"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
+
+	"github.com/parallax-engine/parallax/internal/atomicfile"
 )
 
 // Series is one line of a chart. Points with a NaN or infinite coordinate
@@ -73,26 +72,10 @@ func Encode(w io.Writer, width, height int, charts ...Chart) error {
 
 // WritePNG writes the charts to path atomically (temporary file + rename).
 func WritePNG(path string, width, height int, charts ...Chart) error {
-	var buf bytes.Buffer
-	if err := Encode(&buf, width, height, charts...); err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	err := atomicfile.Write(path, func(w io.Writer) error {
+		return Encode(w, width, height, charts...)
+	})
 	if err != nil {
-		return fmt.Errorf("plot: %w", err)
-	}
-	_, err = f.Write(buf.Bytes())
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
 	return nil

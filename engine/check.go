@@ -561,6 +561,24 @@ func CheckDecode(a DecodeArgs) (DecodeDims, error) {
 	return dd, nil
 }
 
+// CheckLLASolvable reports, for lambda = 0, the first query position that
+// sees at most D keys: its D x D system is singular and its output
+// undefined (the local linear fit through its keys has no unique
+// intercept). Backends call it after CheckLLA and their device checks.
+func CheckLLASolvable(d AttnDims, lambda float32) error {
+	if lambda != 0 || d.B*d.Hq == 0 {
+		return nil
+	}
+	for i := 0; i < d.Lq; i++ {
+		if lo, hi := d.Visible(i); hi-lo <= d.D {
+			return &ArgError{Op: "lla", Msg: fmt.Sprintf(
+				"query position %d sees %d keys; with lambda = 0 its %d x %d system is singular and the output undefined (the local linear fit needs more than D keys): use lambda > 0",
+				i, hi-lo, d.D, d.D)}
+		}
+	}
+	return nil
+}
+
 // CheckLLA validates LLA.
 func CheckLLA(a LLAArgs) (AttnDims, error) {
 	const op = "lla"

@@ -20,14 +20,8 @@ func (d *Device) LLA(a engine.LLAArgs) error {
 	if err := d.own("lla", a.Q, a.K, a.V, a.O, a.RhoStar, a.Eta); err != nil {
 		return err
 	}
-	if a.Lambda == 0 && dims.B*dims.Hq > 0 {
-		for i := 0; i < dims.Lq; i++ {
-			if lo, hi := dims.Visible(i); hi-lo <= dims.D {
-				return d.fail(&engine.ArgError{Op: "lla", Msg: fmt.Sprintf(
-					"query position %d sees %d keys; with lambda = 0 its %d x %d system is singular and the output undefined (the local linear fit needs more than D keys): use lambda > 0",
-					i, hi-lo, dims.D, dims.D)})
-			}
-		}
+	if err := engine.CheckLLASolvable(dims, a.Lambda); err != nil {
+		return d.fail(err)
 	}
 	rows := dims.B * dims.Hq * dims.Lq
 	if rows == 0 {

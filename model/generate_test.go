@@ -2,6 +2,7 @@ package model
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -109,7 +110,7 @@ func TestGenerateGreedy(t *testing.T) {
 		seq = append(seq, best)
 	}
 	want := seq[len(prompt):]
-	if !equalInts(got, want) || !equalInts(seen, want) {
+	if !slices.Equal(got, want) || !slices.Equal(seen, want) {
 		t.Errorf("Generate %v (callback saw %v), full-forward greedy %v", got, seen, want)
 	}
 	// Stopping: the callback, and a stop token (not returned).
@@ -124,24 +125,12 @@ func TestGenerateGreedy(t *testing.T) {
 		upTo++
 	}
 	stopped, err := m.Generate(prompt, 6, GenerateOptions{Stop: []int{stop}}, nil)
-	if err != nil || !equalInts(stopped, want[:upTo]) {
+	if err != nil || !slices.Equal(stopped, want[:upTo]) {
 		t.Errorf("stop at token %d: %v, %v; want %v", stop, stopped, err, want[:upTo])
 	}
 	if _, err := m.Generate(prompt, 40, GenerateOptions{}, nil); err == nil || !strings.Contains(err.Error(), "max_seq") {
 		t.Errorf("generation past max_seq: %v", err)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestSampler(t *testing.T) {
@@ -164,13 +153,13 @@ func TestSampler(t *testing.T) {
 		}
 		return c
 	}
-	if g := draw(SampleOptions{}, 3); !equalInts(g, []int{1, 1, 1}) {
+	if g := draw(SampleOptions{}, 3); !slices.Equal(g, []int{1, 1, 1}) {
 		t.Errorf("greedy %v, want the first maximum (1)", g)
 	}
-	if !equalInts(draw(SampleOptions{Temperature: 1, Seed: 4}, 50), draw(SampleOptions{Temperature: 1, Seed: 4}, 50)) {
+	if !slices.Equal(draw(SampleOptions{Temperature: 1, Seed: 4}, 50), draw(SampleOptions{Temperature: 1, Seed: 4}, 50)) {
 		t.Error("the same seed gave different samples")
 	}
-	if equalInts(draw(SampleOptions{Temperature: 1, Seed: 4}, 50), draw(SampleOptions{Temperature: 1, Seed: 5}, 50)) {
+	if slices.Equal(draw(SampleOptions{Temperature: 1, Seed: 4}, 50), draw(SampleOptions{Temperature: 1, Seed: 5}, 50)) {
 		t.Error("different seeds gave the same 50 samples")
 	}
 	for tok := range counts(draw(SampleOptions{Temperature: 1, TopK: 2, Seed: 1}, 500)) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -100,22 +101,10 @@ func TestTrainAusten(t *testing.T) {
 			t.Fatal(err)
 		}
 		sample := valid[:50_000] + "<|endoftext|>" + valid[50_000:60_000]
-		if got, want := loaded.EncodeWithSpecials(sample), tok.EncodeWithSpecials(sample); !equalInts(got, want) {
+		if got, want := loaded.EncodeWithSpecials(sample), tok.EncodeWithSpecials(sample); !slices.Equal(got, want) {
 			t.Error("a saved and reloaded tokenizer encodes differently")
 		}
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func BenchmarkTrain4096(b *testing.B) {

@@ -3,6 +3,7 @@ package mad
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 )
 
 // Dataset is a set of equally long examples stored flat: example i is
@@ -194,18 +195,6 @@ func motifKey(m []int32) string {
 	return string(b)
 }
 
-func equal(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // fuzzy is multi-query fuzzy in-context recall (spec/mad.md 1.3.3): keys
 // and values are motifs of 1..KMotif and 1..VMotif distinct tokens (test
 // keys always KMotif long); a probe pair is planted at a random offset and
@@ -262,7 +251,7 @@ func (g *generator) fuzzy(train bool) (inputs, targets []int32) {
 		key := motifKey(k)
 		var v []int32
 		switch {
-		case equal(k, kProbe):
+		case slices.Equal(k, kProbe):
 			v = vProbe
 			probeAdded = true
 		case bound[key] != nil:

@@ -22,51 +22,23 @@ import (
 //	bf16 inputs and outputs:                               enginetest.Tol(BF16)
 
 // attnShape is one test configuration of the attention family.
-type attnShape struct {
-	B, Hq, Hkv, Lq, Lk, D int
-	Causal                bool
-	Window                int
-}
-
-func (s attnShape) String() string {
-	n := fmt.Sprintf("B%d Hq%d Hkv%d Lq%d Lk%d D%d", s.B, s.Hq, s.Hkv, s.Lq, s.Lk, s.D)
-	if s.Causal {
-		n += " causal"
-	}
-	if s.Window > 0 {
-		n += fmt.Sprintf(" w%d", s.Window)
-	}
-	return n
-}
-
-func (s attnShape) ref() ref.Dims {
-	return ref.Dims{B: s.B, Hq: s.Hq, Hkv: s.Hkv, Lq: s.Lq, Lk: s.Lk, D: s.D,
-		Scale: 1 / math.Sqrt(float64(s.D)), Causal: s.Causal, Window: s.Window}
-}
-
-func (s attnShape) opts() engine.AttentionOpts {
-	return engine.AttentionOpts{Causal: s.Causal, Window: s.Window}
-}
-
-func (s attnShape) qShape() []int  { return []int{s.B, s.Hq, s.Lq, s.D} }
-func (s attnShape) kvShape() []int { return []int{s.B, s.Hkv, s.Lk, s.D} }
-func (s attnShape) rows() int      { return s.B * s.Hq * s.Lq }
+type attnShape = enginetest.AttnShape
 
 // attnShapes cover Lq = Lk, decode (Lq = 1), a cache offset (Lq < Lk), GQA
 // with G = 1, 2, 4, D = 8..128, windows, non-causal attention and lengths
 // around the tile sizes (1, 7, 33, 100, 129 against tiles of 64 keys and
 // blocks of 32 rows).
 var attnShapes = []attnShape{
-	{1, 1, 1, 1, 1, 8, true, 0},
-	{1, 2, 2, 33, 33, 16, true, 0},
-	{2, 4, 2, 1, 100, 32, true, 0},
-	{1, 2, 1, 7, 129, 8, true, 0},
-	{1, 4, 1, 100, 100, 16, true, 33},
-	{2, 2, 2, 7, 33, 64, false, 0},
-	{1, 4, 2, 129, 129, 8, true, 1},
-	{1, 2, 1, 20, 20, 128, true, 0},
-	{1, 1, 1, 5, 70, 128, false, 0},
-	{1, 4, 4, 40, 71, 16, true, 64},
+	{B: 1, Hq: 1, Hkv: 1, Lq: 1, Lk: 1, D: 8, Causal: true, Window: 0},
+	{B: 1, Hq: 2, Hkv: 2, Lq: 33, Lk: 33, D: 16, Causal: true, Window: 0},
+	{B: 2, Hq: 4, Hkv: 2, Lq: 1, Lk: 100, D: 32, Causal: true, Window: 0},
+	{B: 1, Hq: 2, Hkv: 1, Lq: 7, Lk: 129, D: 8, Causal: true, Window: 0},
+	{B: 1, Hq: 4, Hkv: 1, Lq: 100, Lk: 100, D: 16, Causal: true, Window: 33},
+	{B: 2, Hq: 2, Hkv: 2, Lq: 7, Lk: 33, D: 64, Causal: false, Window: 0},
+	{B: 1, Hq: 4, Hkv: 2, Lq: 129, Lk: 129, D: 8, Causal: true, Window: 1},
+	{B: 1, Hq: 2, Hkv: 1, Lq: 20, Lk: 20, D: 128, Causal: true, Window: 0},
+	{B: 1, Hq: 1, Hkv: 1, Lq: 5, Lk: 70, D: 128, Causal: false, Window: 0},
+	{B: 1, Hq: 4, Hkv: 4, Lq: 40, Lk: 71, D: 16, Causal: true, Window: 64},
 }
 
 type attnData struct {
@@ -77,7 +49,7 @@ type attnData struct {
 // (scores of order one), the probe scaled by 1/sqrt(D) so that r.k is of
 // order one too.
 func newAttnData(rng *rand.Rand, s attnShape, dt engine.DType) attnData {
-	nq, nk := s.rows()*s.D, s.B*s.Hkv*s.Lk*s.D
+	nq, nk := s.Rows()*s.D, s.B*s.Hkv*s.Lk*s.D
 	return attnData{
 		q: enginetest.Normal(rng, dt, nq, 1), k: enginetest.Normal(rng, dt, nk, 1),
 		v: enginetest.Normal(rng, dt, nk, 1), r: enginetest.Normal(rng, dt, nq, 1/math.Sqrt(float64(s.D))),
@@ -156,12 +128,12 @@ type fwdOut struct{ o, lse, vbar, tbar *engine.Tensor }
 func runAttention(t *testing.T, d *Device, at *attnT, s attnShape, dt engine.DType, in attnData, parallax bool) fwdOut {
 	t.Helper()
 	a := engine.AttentionArgs{
-		Q: at.up(dt, in.q, s.qShape()...), K: at.up(dt, in.k, s.kvShape()...), V: at.up(dt, in.v, s.kvShape()...),
-		O: at.new(dt, s.qShape()...), LSE: at.new(engine.F32, s.B, s.Hq, s.Lq), AttentionOpts: s.opts(),
+		Q: at.up(dt, in.q, s.QShape()...), K: at.up(dt, in.k, s.KVShape()...), V: at.up(dt, in.v, s.KVShape()...),
+		O: at.new(dt, s.QShape()...), LSE: at.new(engine.F32, s.B, s.Hq, s.Lq), AttentionOpts: s.Opts(),
 	}
 	if parallax {
-		a.R = at.up(dt, in.r, s.qShape()...)
-		a.Vbar = at.new(dt, s.qShape()...)
+		a.R = at.up(dt, in.r, s.QShape()...)
+		a.Vbar = at.new(dt, s.QShape()...)
 		a.Tbar = at.new(engine.F32, s.B, s.Hq, s.Lq)
 	}
 	if err := d.Attention(a); err != nil {
@@ -190,7 +162,7 @@ func TestAttentionForwardMatchesReference(t *testing.T) {
 				if parallax {
 					r = in.r
 				}
-				o, vbar, tbar, lse := ref.Attention(s.ref(), in.q, in.k, in.v, r)
+				o, vbar, tbar, lse := ref.Attention(s.Dims(), in.q, in.k, in.v, r)
 				got := runAttention(t, d, at, s, engine.F32, in, parallax)
 				worst = max(worst, attnNear(t, "o", attnDown(t, got.o), o, 1e-5))
 				attnNear(t, "lse", attnDown(t, got.lse), lse, 1e-5)
@@ -216,7 +188,7 @@ func TestAttentionForwardBF16(t *testing.T) {
 				if parallax {
 					r = in.r
 				}
-				o, vbar, _, lse := ref.Attention(s.ref(), in.q, in.k, in.v, r)
+				o, vbar, _, lse := ref.Attention(s.Dims(), in.q, in.k, in.v, r)
 				got := runAttention(t, d, at, s, engine.BF16, in, parallax)
 				tol := enginetest.Tol(engine.BF16, s.Lk)
 				attnNear(t, "o", attnDown(t, got.o), o, tol)
@@ -261,14 +233,14 @@ func runBackward(t *testing.T, d *Device, s attnShape, dt engine.DType, in attnD
 	at := newAttnT(t, d)
 	f := runAttention(t, d, at, s, dt, in, parallax)
 	a := engine.AttentionBackwardArgs{
-		Q: at.up(dt, in.q, s.qShape()...), K: at.up(dt, in.k, s.kvShape()...), V: at.up(dt, in.v, s.kvShape()...),
-		O: f.o, DO: at.up(dt, in.dO, s.qShape()...), LSE: f.lse, Vbar: f.vbar, Tbar: f.tbar,
-		DQ: at.new(dt, s.qShape()...), DK: at.new(dt, s.kvShape()...), DV: at.new(dt, s.kvShape()...),
-		AttentionOpts: s.opts(),
+		Q: at.up(dt, in.q, s.QShape()...), K: at.up(dt, in.k, s.KVShape()...), V: at.up(dt, in.v, s.KVShape()...),
+		O: f.o, DO: at.up(dt, in.dO, s.QShape()...), LSE: f.lse, Vbar: f.vbar, Tbar: f.tbar,
+		DQ: at.new(dt, s.QShape()...), DK: at.new(dt, s.KVShape()...), DV: at.new(dt, s.KVShape()...),
+		AttentionOpts: s.Opts(),
 	}
 	if parallax {
-		a.R = at.up(dt, in.r, s.qShape()...)
-		a.DR = at.new(dt, s.qShape()...)
+		a.R = at.up(dt, in.r, s.QShape()...)
+		a.DR = at.new(dt, s.QShape()...)
 	}
 	// Gradients are overwritten, not accumulated: start from garbage.
 	for _, x := range []*engine.Tensor{a.DQ, a.DK, a.DV, a.DR} {
@@ -301,7 +273,7 @@ func TestAttentionBackwardMatchesReference(t *testing.T) {
 				if parallax {
 					r = in.r
 				}
-				wq, wk, wv, wr := ref.AttentionBackward(s.ref(), in.q, in.k, in.v, r, in.dO)
+				wq, wk, wv, wr := ref.AttentionBackward(s.Dims(), in.q, in.k, in.v, r, in.dO)
 				dq, dk, dv, dr := runBackward(t, New(), s, engine.F32, in, parallax)
 				worst = max(worst, attnNearOrZero(t, "dq", dq, wq, 1e-4))
 				worst = max(worst, attnNearOrZero(t, "dk", dk, wk, 1e-4))
@@ -319,7 +291,7 @@ func TestAttentionBackwardBF16(t *testing.T) {
 	rng := rand.New(rand.NewPCG(29, 30))
 	for _, s := range []attnShape{attnShapes[3], attnShapes[4]} {
 		in := newAttnData(rng, s, engine.BF16)
-		wq, wk, wv, wr := ref.AttentionBackward(s.ref(), in.q, in.k, in.v, in.r, in.dO)
+		wq, wk, wv, wr := ref.AttentionBackward(s.Dims(), in.q, in.k, in.v, in.r, in.dO)
 		dq, dk, dv, dr := runBackward(t, New(), s, engine.BF16, in, true)
 		tol := enginetest.Tol(engine.BF16, s.Lk)
 		attnNear(t, s.String()+" dq", dq, wq, tol)
@@ -332,7 +304,7 @@ func TestAttentionBackwardBF16(t *testing.T) {
 // TestAttentionIndependentOfThreads: every output row is computed by one
 // work item whatever the worker count, so the results agree bit for bit.
 func TestAttentionIndependentOfThreads(t *testing.T) {
-	s := attnShape{2, 4, 2, 70, 70, 16, true, 0}
+	s := attnShape{B: 2, Hq: 4, Hkv: 2, Lq: 70, Lk: 70, D: 16, Causal: true, Window: 0}
 	in := newAttnData(rand.New(rand.NewPCG(31, 32)), s, engine.F32)
 	var first [4][]float64
 	for n, threads := range []int{1, 3, 8} {
@@ -450,21 +422,21 @@ func f64s(x []float32) []float64 {
 
 // llaShapes see more than D keys per row, or are used with lambda > 0.
 var llaShapes = []attnShape{
-	{1, 2, 1, 12, 12, 4, true, 0},
-	{2, 2, 2, 5, 40, 8, true, 0},
-	{1, 4, 2, 9, 30, 8, true, 12},
-	{1, 2, 1, 6, 33, 16, false, 0},
-	{1, 1, 1, 3, 20, 128, true, 0},
+	{B: 1, Hq: 2, Hkv: 1, Lq: 12, Lk: 12, D: 4, Causal: true, Window: 0},
+	{B: 2, Hq: 2, Hkv: 2, Lq: 5, Lk: 40, D: 8, Causal: true, Window: 0},
+	{B: 1, Hq: 4, Hkv: 2, Lq: 9, Lk: 30, D: 8, Causal: true, Window: 12},
+	{B: 1, Hq: 2, Hkv: 1, Lq: 6, Lk: 33, D: 16, Causal: false, Window: 0},
+	{B: 1, Hq: 1, Hkv: 1, Lq: 3, Lk: 20, D: 128, Causal: true, Window: 0},
 }
 
 func runLLA(t *testing.T, d *Device, s attnShape, in attnData, lambda float32, solver engine.LLASolver, tol float32) (o, rho, eta []float64, err error) {
 	t.Helper()
 	at := newAttnT(t, d)
 	a := engine.LLAArgs{
-		Q: at.up(engine.F32, in.q, s.qShape()...), K: at.up(engine.F32, in.k, s.kvShape()...),
-		V: at.up(engine.F32, in.v, s.kvShape()...), O: at.new(engine.F32, s.qShape()...),
-		RhoStar: at.new(engine.F32, s.qShape()...), Eta: at.new(engine.F32, s.B, s.Hq, s.Lq),
-		Lambda: lambda, Solver: solver, Tol: tol, AttentionOpts: s.opts(),
+		Q: at.up(engine.F32, in.q, s.QShape()...), K: at.up(engine.F32, in.k, s.KVShape()...),
+		V: at.up(engine.F32, in.v, s.KVShape()...), O: at.new(engine.F32, s.QShape()...),
+		RhoStar: at.new(engine.F32, s.QShape()...), Eta: at.new(engine.F32, s.B, s.Hq, s.Lq),
+		Lambda: lambda, Solver: solver, Tol: tol, AttentionOpts: s.Opts(),
 	}
 	if err := d.LLA(a); err != nil {
 		return nil, nil, nil, err
@@ -483,7 +455,7 @@ func TestLLAMatchesReference(t *testing.T) {
 	for _, s := range llaShapes {
 		for _, lambda := range []float32{0.5, 0.01} {
 			in := newAttnData(rng, s, engine.F32)
-			wo, wrho, weta := ref.LLA(s.ref(), in.q, in.k, in.v, float64(lambda))
+			wo, wrho, weta := ref.LLA(s.Dims(), in.q, in.k, in.v, float64(lambda))
 			for _, c := range []struct {
 				solver engine.LLASolver
 				tol    float32
@@ -512,9 +484,9 @@ func TestLLAMatchesReference(t *testing.T) {
 }
 
 func TestLLARidgeZeroWithEnoughKeys(t *testing.T) {
-	s := attnShape{1, 2, 1, 4, 40, 8, false, 0}
+	s := attnShape{B: 1, Hq: 2, Hkv: 1, Lq: 4, Lk: 40, D: 8, Causal: false, Window: 0}
 	in := newAttnData(rand.New(rand.NewPCG(39, 40)), s, engine.F32)
-	wo, _, _ := ref.LLA(s.ref(), in.q, in.k, in.v, 0)
+	wo, _, _ := ref.LLA(s.Dims(), in.q, in.k, in.v, 0)
 	for _, solver := range []engine.LLASolver{engine.SolveDirect, engine.SolveCG} {
 		o, _, _, err := runLLA(t, New(), s, in, 0, solver, 1e-10)
 		if err != nil {
@@ -550,7 +522,7 @@ func TestLLAIsParallaxWithAmplifiedProbe(t *testing.T) {
 
 func TestLLASingularRowsAreErrors(t *testing.T) {
 	// Causal with lambda = 0: the first rows see at most D keys.
-	s := attnShape{1, 1, 1, 12, 12, 4, true, 0}
+	s := attnShape{B: 1, Hq: 1, Hkv: 1, Lq: 12, Lk: 12, D: 4, Causal: true, Window: 0}
 	in := newAttnData(rand.New(rand.NewPCG(43, 44)), s, engine.F32)
 	for _, solver := range []engine.LLASolver{engine.SolveCG, engine.SolveDirect} {
 		d := New()
@@ -563,7 +535,7 @@ func TestLLASingularRowsAreErrors(t *testing.T) {
 		}
 	}
 	// Many copies of one key: Sig has rank 1 whatever the count.
-	s = attnShape{1, 1, 1, 2, 10, 4, false, 0}
+	s = attnShape{B: 1, Hq: 1, Hkv: 1, Lq: 2, Lk: 10, D: 4, Causal: false, Window: 0}
 	in = newAttnData(rand.New(rand.NewPCG(45, 46)), s, engine.F32)
 	for j := range s.Lk {
 		copy(in.k[j*s.D:(j+1)*s.D], in.k[:s.D])
@@ -577,15 +549,15 @@ func TestLLASingularRowsAreErrors(t *testing.T) {
 }
 
 var linShapes = []attnShape{
-	{1, 1, 1, 7, 7, 4, true, 0},
-	{2, 4, 2, 33, 33, 8, true, 0},
-	{1, 2, 1, 7, 40, 16, true, 0},
-	{1, 4, 1, 50, 50, 8, true, 9},
-	{1, 2, 2, 9, 12, 8, false, 0},
-	{1, 2, 1, 1, 100, 32, true, 0},
-	{1, 1, 1, 10, 10, 8, true, 1},
-	{1, 2, 1, 30, 30, 64, true, 7},
-	{1, 1, 1, 20, 20, 64, false, 0},
+	{B: 1, Hq: 1, Hkv: 1, Lq: 7, Lk: 7, D: 4, Causal: true, Window: 0},
+	{B: 2, Hq: 4, Hkv: 2, Lq: 33, Lk: 33, D: 8, Causal: true, Window: 0},
+	{B: 1, Hq: 2, Hkv: 1, Lq: 7, Lk: 40, D: 16, Causal: true, Window: 0},
+	{B: 1, Hq: 4, Hkv: 1, Lq: 50, Lk: 50, D: 8, Causal: true, Window: 9},
+	{B: 1, Hq: 2, Hkv: 2, Lq: 9, Lk: 12, D: 8, Causal: false, Window: 0},
+	{B: 1, Hq: 2, Hkv: 1, Lq: 1, Lk: 100, D: 32, Causal: true, Window: 0},
+	{B: 1, Hq: 1, Hkv: 1, Lq: 10, Lk: 10, D: 8, Causal: true, Window: 1},
+	{B: 1, Hq: 2, Hkv: 1, Lq: 30, Lk: 30, D: 64, Causal: true, Window: 7},
+	{B: 1, Hq: 1, Hkv: 1, Lq: 20, Lk: 20, D: 64, Causal: false, Window: 0},
 }
 
 // TestLinearAttentionMatchesReference runs each shape on one worker and on
@@ -608,19 +580,19 @@ func TestLinearAttentionMatchesReference(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				at := newAttnT(t, d)
 				in := newAttnData(rng, s, engine.F32)
-				R, K, V := at.up(engine.F32, in.r, s.qShape()...), at.up(engine.F32, in.k, s.kvShape()...), at.up(engine.F32, in.v, s.kvShape()...)
-				O := at.new(engine.F32, s.qShape()...)
-				if err := d.LinearAttention(engine.LinearAttentionArgs{R: R, K: K, V: V, O: O, Affine: affine, AttentionOpts: s.opts()}); err != nil {
+				R, K, V := at.up(engine.F32, in.r, s.QShape()...), at.up(engine.F32, in.k, s.KVShape()...), at.up(engine.F32, in.v, s.KVShape()...)
+				O := at.new(engine.F32, s.QShape()...)
+				if err := d.LinearAttention(engine.LinearAttentionArgs{R: R, K: K, V: V, O: O, Affine: affine, AttentionOpts: s.Opts()}); err != nil {
 					t.Fatal(err)
 				}
-				worstF = max(worstF, attnNear(t, "o", attnDown(t, O), ref.LinearAttention(s.ref(), in.r, in.k, in.v, affine), 1e-5))
-				ba := engine.LinearAttentionBackwardArgs{R: R, K: K, V: V, DO: at.up(engine.F32, in.dO, s.qShape()...),
-					DR: at.new(engine.F32, s.qShape()...), DK: at.new(engine.F32, s.kvShape()...), DV: at.new(engine.F32, s.kvShape()...),
-					Affine: affine, AttentionOpts: s.opts()}
+				worstF = max(worstF, attnNear(t, "o", attnDown(t, O), ref.LinearAttention(s.Dims(), in.r, in.k, in.v, affine), 1e-5))
+				ba := engine.LinearAttentionBackwardArgs{R: R, K: K, V: V, DO: at.up(engine.F32, in.dO, s.QShape()...),
+					DR: at.new(engine.F32, s.QShape()...), DK: at.new(engine.F32, s.KVShape()...), DV: at.new(engine.F32, s.KVShape()...),
+					Affine: affine, AttentionOpts: s.Opts()}
 				if err := d.LinearAttentionBackward(ba); err != nil {
 					t.Fatal(err)
 				}
-				wr, wk, wv := ref.LinearAttentionBackward(s.ref(), in.r, in.k, in.v, in.dO, affine)
+				wr, wk, wv := ref.LinearAttentionBackward(s.Dims(), in.r, in.k, in.v, in.dO, affine)
 				worstB = max(worstB, attnNear(t, "dr", attnDown(t, ba.DR), wr, 1e-4))
 				worstB = max(worstB, attnNear(t, "dk", attnDown(t, ba.DK), wk, 1e-4))
 				worstB = max(worstB, attnNear(t, "dv", attnDown(t, ba.DV), wv, 1e-4))
@@ -739,14 +711,14 @@ func TestAttentionBadInputsAreErrors(t *testing.T) {
 }
 
 func benchAttention(b *testing.B, backward, parallax bool) {
-	s := attnShape{1, 4, 4, 1024, 1024, 64, true, 0}
+	s := attnShape{B: 1, Hq: 4, Hkv: 4, Lq: 1024, Lk: 1024, D: 64, Causal: true, Window: 0}
 	d := New()
 	at := &attnT{ts: enginetest.NewTensors(d)}
 	in := newAttnData(rand.New(rand.NewPCG(1, 1)), s, engine.F32)
-	tq := func(v []float64) *engine.Tensor { return at.ts.Up(engine.F32, v, s.qShape()...) }
-	tk := func(v []float64) *engine.Tensor { return at.ts.Up(engine.F32, v, s.kvShape()...) }
+	tq := func(v []float64) *engine.Tensor { return at.ts.Up(engine.F32, v, s.QShape()...) }
+	tk := func(v []float64) *engine.Tensor { return at.ts.Up(engine.F32, v, s.KVShape()...) }
 	fa := engine.AttentionArgs{Q: tq(in.q), K: tk(in.k), V: tk(in.v), O: tq(in.q), LSE: at.ts.New(engine.F32, s.B, s.Hq, s.Lq),
-		AttentionOpts: s.opts()}
+		AttentionOpts: s.Opts()}
 	if parallax {
 		fa.R, fa.Vbar, fa.Tbar = tq(in.r), tq(in.q), at.ts.New(engine.F32, s.B, s.Hq, s.Lq)
 	}
@@ -754,7 +726,7 @@ func benchAttention(b *testing.B, backward, parallax bool) {
 		b.Fatal(err)
 	}
 	ba := engine.AttentionBackwardArgs{Q: fa.Q, K: fa.K, V: fa.V, R: fa.R, O: fa.O, DO: tq(in.dO), LSE: fa.LSE,
-		Vbar: fa.Vbar, Tbar: fa.Tbar, DQ: tq(in.q), DK: tk(in.k), DV: tk(in.v), AttentionOpts: s.opts()}
+		Vbar: fa.Vbar, Tbar: fa.Tbar, DQ: tq(in.q), DK: tk(in.k), DV: tk(in.v), AttentionOpts: s.Opts()}
 	if parallax {
 		ba.DR = tq(in.q)
 	}
@@ -792,21 +764,21 @@ func TestAttentionEmptyShapes(t *testing.T) {
 	d := New()
 	at := newAttnT(t, d)
 	f := engine.F32
-	for _, s := range []attnShape{{0, 2, 1, 3, 3, 8, true, 0}, {1, 2, 1, 0, 0, 8, true, 0}, {1, 2, 2, 0, 5, 8, false, 0}} {
-		q, k := at.new(f, s.qShape()...), at.new(f, s.kvShape()...)
+	for _, s := range []attnShape{{B: 0, Hq: 2, Hkv: 1, Lq: 3, Lk: 3, D: 8, Causal: true, Window: 0}, {B: 1, Hq: 2, Hkv: 1, Lq: 0, Lk: 0, D: 8, Causal: true, Window: 0}, {B: 1, Hq: 2, Hkv: 2, Lq: 0, Lk: 5, D: 8, Causal: false, Window: 0}} {
+		q, k := at.new(f, s.QShape()...), at.new(f, s.KVShape()...)
 		stat := func() *engine.Tensor { return at.new(f, s.B, s.Hq, s.Lq) }
 		errs := []error{
-			d.Attention(engine.AttentionArgs{Q: q, K: k, V: k, R: q, O: at.new(f, s.qShape()...), LSE: stat(), Tbar: stat(), AttentionOpts: s.opts()}),
+			d.Attention(engine.AttentionArgs{Q: q, K: k, V: k, R: q, O: at.new(f, s.QShape()...), LSE: stat(), Tbar: stat(), AttentionOpts: s.Opts()}),
 			d.AttentionBackward(engine.AttentionBackwardArgs{Q: q, K: k, V: k, R: q, O: q, DO: q, LSE: stat(), Vbar: q, Tbar: stat(),
-				DQ: at.new(f, s.qShape()...), DK: at.new(f, s.kvShape()...), DV: at.new(f, s.kvShape()...), DR: at.new(f, s.qShape()...),
-				AttentionOpts: s.opts()}),
-			d.LLA(engine.LLAArgs{Q: q, K: k, V: k, O: at.new(f, s.qShape()...), Lambda: 1, AttentionOpts: s.opts()}),
-			d.LinearAttention(engine.LinearAttentionArgs{R: q, K: k, V: k, O: at.new(f, s.qShape()...), Affine: true, AttentionOpts: s.opts()}),
-			d.LinearAttentionBackward(engine.LinearAttentionBackwardArgs{R: q, K: k, V: k, DO: q, DR: at.new(f, s.qShape()...),
-				DK: at.new(f, s.kvShape()...), DV: at.new(f, s.kvShape()...), Affine: true, AttentionOpts: s.opts()}),
+				DQ: at.new(f, s.QShape()...), DK: at.new(f, s.KVShape()...), DV: at.new(f, s.KVShape()...), DR: at.new(f, s.QShape()...),
+				AttentionOpts: s.Opts()}),
+			d.LLA(engine.LLAArgs{Q: q, K: k, V: k, O: at.new(f, s.QShape()...), Lambda: 1, AttentionOpts: s.Opts()}),
+			d.LinearAttention(engine.LinearAttentionArgs{R: q, K: k, V: k, O: at.new(f, s.QShape()...), Affine: true, AttentionOpts: s.Opts()}),
+			d.LinearAttentionBackward(engine.LinearAttentionBackwardArgs{R: q, K: k, V: k, DO: q, DR: at.new(f, s.QShape()...),
+				DK: at.new(f, s.KVShape()...), DV: at.new(f, s.KVShape()...), Affine: true, AttentionOpts: s.Opts()}),
 		}
 		if s.B == 0 || s.Lq <= s.Lk {
-			errs = append(errs, d.DecodeAttention(engine.DecodeArgs{Q: q, R: q, KCache: k, VCache: k, O: at.new(f, s.qShape()...),
+			errs = append(errs, d.DecodeAttention(engine.DecodeArgs{Q: q, R: q, KCache: k, VCache: k, O: at.new(f, s.QShape()...),
 				Lens: at.up(engine.I32, make([]float64, s.B), s.B)}))
 		}
 		for n, err := range errs {

@@ -24,14 +24,16 @@ import (
 
 func init() { register(attentionCases) }
 
-// attnCfg is one attention-family shape.
-type attnCfg struct {
+// AttnShape is one attention-family shape: batch, query and KV heads,
+// query and key lengths, head dimension, causal mask and sliding window.
+type AttnShape struct {
 	B, Hq, Hkv, Lq, Lk, D int
 	Causal                bool
 	Window                int
 }
 
-func (c attnCfg) String() string {
+// String names the shape as the conformance tables do.
+func (c AttnShape) String() string {
 	s := fmt.Sprintf("B%d Hq%d Hkv%d Lq%d Lk%d D%d", c.B, c.Hq, c.Hkv, c.Lq, c.Lk, c.D)
 	if c.Causal {
 		s += " causal"
@@ -42,31 +44,40 @@ func (c attnCfg) String() string {
 	return s
 }
 
-func (c attnCfg) dims() ref.Dims {
+// Dims is the shape as the float64 reference takes it (scale 1/sqrt(D)).
+func (c AttnShape) Dims() ref.Dims {
 	return ref.Dims{B: c.B, Hq: c.Hq, Hkv: c.Hkv, Lq: c.Lq, Lk: c.Lk, D: c.D,
 		Scale: 1 / math.Sqrt(float64(c.D)), Causal: c.Causal, Window: c.Window}
 }
 
-func (c attnCfg) opts() engine.AttentionOpts {
+// Opts are the shape's mask options.
+func (c AttnShape) Opts() engine.AttentionOpts {
 	return engine.AttentionOpts{Causal: c.Causal, Window: c.Window}
 }
 
-func (c attnCfg) qs() []int   { return []int{c.B, c.Hq, c.Lq, c.D} }
-func (c attnCfg) ks() []int   { return []int{c.B, c.Hkv, c.Lk, c.D} }
-func (c attnCfg) nq() int     { return c.B * c.Hq * c.Lq * c.D }
-func (c attnCfg) nk() int     { return c.B * c.Hkv * c.Lk * c.D }
-func (c attnCfg) stat() []int { return []int{c.B, c.Hq, c.Lq} }
+// QShape is the shape of Q (and R, O): [B, Hq, Lq, D].
+func (c AttnShape) QShape() []int { return []int{c.B, c.Hq, c.Lq, c.D} }
+
+// KVShape is the shape of K and V: [B, Hkv, Lk, D].
+func (c AttnShape) KVShape() []int { return []int{c.B, c.Hkv, c.Lk, c.D} }
+
+// Rows is the number of query rows, B Hq Lq.
+func (c AttnShape) Rows() int { return c.B * c.Hq * c.Lq }
+
+func (c AttnShape) nq() int     { return c.Rows() * c.D }
+func (c AttnShape) nk() int     { return c.B * c.Hkv * c.Lk * c.D }
+func (c AttnShape) stat() []int { return []int{c.B, c.Hq, c.Lq} }
 
 // attnFwdTol and attnGradTol are the family's forward and gradient
 // tolerances for inputs of dtype dt.
-func attnFwdTol(dt engine.DType, c attnCfg) float64 {
+func attnFwdTol(dt engine.DType, c AttnShape) float64 {
 	if dt == engine.F32 {
 		return max(2e-5, Tol(dt, c.Lk))
 	}
 	return Tol(dt, c.Lk)
 }
 
-func attnGradTol(dt engine.DType, c attnCfg) float64 {
+func attnGradTol(dt engine.DType, c AttnShape) float64 {
 	if dt == engine.F32 {
 		return max(1e-4, Tol(dt, c.Lk*c.D))
 	}
@@ -84,7 +95,7 @@ const (
 // 1/sqrt(D) so r.k is of order one, dO standard normal.
 type attnIn struct{ q, k, v, r, dO []float64 }
 
-func newAttnIn(rng *rand.Rand, dt engine.DType, c attnCfg) attnIn {
+func newAttnIn(rng *rand.Rand, dt engine.DType, c AttnShape) attnIn {
 	return attnIn{
 		q: Normal(rng, dt, c.nq(), 1), k: Normal(rng, dt, c.nk(), 1), v: Normal(rng, dt, c.nk(), 1),
 		r: Normal(rng, dt, c.nq(), 1/math.Sqrt(float64(c.D))), dO: Normal(rng, dt, c.nq(), 1),
@@ -143,7 +154,7 @@ func attnDotAll(a, b []float64) float64 {
 }
 
 func attentionCases(o Options, dt engine.DType) []Case {
-	fwd := []attnCfg{
+	fwd := []AttnShape{
 		{1, 2, 2, 16, 16, 16, true, 0},
 		{2, 4, 2, 7, 9, 16, true, 3},
 		{1, 4, 1, 1, 37, 32, true, 0},
@@ -151,19 +162,19 @@ func attentionCases(o Options, dt engine.DType) []Case {
 		{1, 2, 1, 70, 70, 64, true, 0},
 		{1, 2, 1, 33, 100, 128, true, 16},
 	}
-	bwd := []attnCfg{
+	bwd := []AttnShape{
 		{1, 2, 2, 9, 9, 8, true, 0},
 		{2, 4, 2, 7, 12, 16, true, 4},
 		{1, 4, 1, 1, 20, 16, true, 0},
 		{1, 2, 1, 6, 10, 8, false, 0},
 		{1, 2, 1, 70, 70, 32, true, 0},
 	}
-	lla := []attnCfg{
+	lla := []AttnShape{
 		{1, 2, 1, 9, 9, 8, true, 0},
 		{2, 2, 2, 5, 30, 16, true, 10},
 		{1, 4, 2, 6, 20, 8, false, 0},
 	}
-	lin := []attnCfg{
+	lin := []AttnShape{
 		{1, 2, 2, 9, 9, 8, true, 0},
 		{2, 4, 2, 7, 12, 16, true, 4},
 		{1, 2, 1, 6, 10, 8, false, 0},
@@ -251,14 +262,14 @@ func attentionCases(o Options, dt engine.DType) []Case {
 
 // attentionForwardOn runs Attention on dev, returning its output tensors
 // (vbar and tbar nil for softmax).
-func attentionForwardOn(dev engine.Device, ts *Tensors, dt engine.DType, c attnCfg, in attnIn, parallax bool) (engine.AttentionArgs, error) {
+func attentionForwardOn(dev engine.Device, ts *Tensors, dt engine.DType, c AttnShape, in attnIn, parallax bool) (engine.AttentionArgs, error) {
 	a := engine.AttentionArgs{
-		Q: ts.Up(dt, in.q, c.qs()...), K: ts.Up(dt, in.k, c.ks()...), V: ts.Up(dt, in.v, c.ks()...),
-		O: ts.New(dt, c.qs()...), LSE: ts.New(engine.F32, c.stat()...), AttentionOpts: c.opts(),
+		Q: ts.Up(dt, in.q, c.QShape()...), K: ts.Up(dt, in.k, c.KVShape()...), V: ts.Up(dt, in.v, c.KVShape()...),
+		O: ts.New(dt, c.QShape()...), LSE: ts.New(engine.F32, c.stat()...), AttentionOpts: c.Opts(),
 	}
 	if parallax {
-		a.R = ts.Up(dt, in.r, c.qs()...)
-		a.Vbar = ts.New(dt, c.qs()...)
+		a.R = ts.Up(dt, in.r, c.QShape()...)
+		a.Vbar = ts.New(dt, c.QShape()...)
 		a.Tbar = ts.New(engine.F32, c.stat()...)
 	}
 	if err := ts.Err(); err != nil {
@@ -267,7 +278,7 @@ func attentionForwardOn(dev engine.Device, ts *Tensors, dt engine.DType, c attnC
 	return a, dev.Attention(a)
 }
 
-func attentionForwardCase(dev engine.Device, rng *rand.Rand, dt engine.DType, c attnCfg, parallax bool) ([]Metric, error) {
+func attentionForwardCase(dev engine.Device, rng *rand.Rand, dt engine.DType, c AttnShape, parallax bool) ([]Metric, error) {
 	ts := NewTensors(dev)
 	defer ts.Free()
 	in := newAttnIn(rng, dt, c)
@@ -279,7 +290,7 @@ func attentionForwardCase(dev engine.Device, rng *rand.Rand, dt engine.DType, c 
 	if parallax {
 		r = in.r
 	}
-	o, vbar, tbar, lse := ref.Attention(c.dims(), in.q, in.k, in.v, r)
+	o, vbar, tbar, lse := ref.Attention(c.Dims(), in.q, in.k, in.v, r)
 	tol := attnFwdTol(dt, c)
 	var m attnMetrics
 	m.cmp("o", a.O, o, tol)
@@ -291,7 +302,7 @@ func attentionForwardCase(dev engine.Device, rng *rand.Rand, dt engine.DType, c 
 	return m.result()
 }
 
-func attentionBackwardCase(dev engine.Device, rng *rand.Rand, dt engine.DType, c attnCfg, parallax bool) ([]Metric, error) {
+func attentionBackwardCase(dev engine.Device, rng *rand.Rand, dt engine.DType, c AttnShape, parallax bool) ([]Metric, error) {
 	ts := NewTensors(dev)
 	defer ts.Free()
 	in := newAttnIn(rng, dt, c)
@@ -300,15 +311,15 @@ func attentionBackwardCase(dev engine.Device, rng *rand.Rand, dt engine.DType, c
 		return nil, err
 	}
 	a := engine.AttentionBackwardArgs{
-		Q: f.Q, K: f.K, V: f.V, R: f.R, O: f.O, DO: ts.Up(dt, in.dO, c.qs()...),
+		Q: f.Q, K: f.K, V: f.V, R: f.R, O: f.O, DO: ts.Up(dt, in.dO, c.QShape()...),
 		LSE: f.LSE, Vbar: f.Vbar, Tbar: f.Tbar,
-		DQ: ts.New(dt, c.qs()...), DK: ts.New(dt, c.ks()...), DV: ts.New(dt, c.ks()...),
-		AttentionOpts: c.opts(),
+		DQ: ts.New(dt, c.QShape()...), DK: ts.New(dt, c.KVShape()...), DV: ts.New(dt, c.KVShape()...),
+		AttentionOpts: c.Opts(),
 	}
 	var r []float64
 	if parallax {
 		r = in.r
-		a.DR = ts.New(dt, c.qs()...)
+		a.DR = ts.New(dt, c.QShape()...)
 	}
 	if err := ts.Err(); err != nil {
 		return nil, err
@@ -316,7 +327,7 @@ func attentionBackwardCase(dev engine.Device, rng *rand.Rand, dt engine.DType, c
 	if err := dev.AttentionBackward(a); err != nil {
 		return nil, err
 	}
-	d := c.dims()
+	d := c.Dims()
 	dq, dk, dv, dr := ref.AttentionBackward(d, in.q, in.k, in.v, r, in.dO)
 	loss := func() float64 {
 		o, _, _, _ := ref.Attention(d, in.q, in.k, in.v, r)
@@ -370,20 +381,20 @@ func decodeCase(dev engine.Device, rng *rand.Rand, dt engine.DType, d ref.Dims, 
 	for _, n := range lens {
 		maxLen = max(maxLen, n)
 	}
-	tol := attnFwdTol(dt, attnCfg{Lk: maxLen})
+	tol := attnFwdTol(dt, AttnShape{Lk: maxLen})
 	var m attnMetrics
 	m.cmp("o", a.O, ref.DecodeAttention(d, q, r, kc, vc, capacity, lens), tol)
 	return m.result()
 }
 
-func llaCase(dev engine.Device, rng *rand.Rand, dt engine.DType, c attnCfg, lambda float64, solver engine.LLASolver) ([]Metric, error) {
+func llaCase(dev engine.Device, rng *rand.Rand, dt engine.DType, c AttnShape, lambda float64, solver engine.LLASolver) ([]Metric, error) {
 	ts := NewTensors(dev)
 	defer ts.Free()
 	in := newAttnIn(rng, dt, c)
 	a := engine.LLAArgs{
-		Q: ts.Up(dt, in.q, c.qs()...), K: ts.Up(dt, in.k, c.ks()...), V: ts.Up(dt, in.v, c.ks()...),
-		O: ts.New(dt, c.qs()...), RhoStar: ts.New(dt, c.qs()...), Eta: ts.New(engine.F32, c.stat()...),
-		Lambda: float32(lambda), Solver: solver, AttentionOpts: c.opts(),
+		Q: ts.Up(dt, in.q, c.QShape()...), K: ts.Up(dt, in.k, c.KVShape()...), V: ts.Up(dt, in.v, c.KVShape()...),
+		O: ts.New(dt, c.QShape()...), RhoStar: ts.New(dt, c.QShape()...), Eta: ts.New(engine.F32, c.stat()...),
+		Lambda: float32(lambda), Solver: solver, AttentionOpts: c.Opts(),
 	}
 	if err := ts.Err(); err != nil {
 		return nil, err
@@ -391,7 +402,7 @@ func llaCase(dev engine.Device, rng *rand.Rand, dt engine.DType, c attnCfg, lamb
 	if err := dev.LLA(a); err != nil {
 		return nil, err
 	}
-	o, rho, eta := ref.LLA(c.dims(), in.q, in.k, in.v, lambda)
+	o, rho, eta := ref.LLA(c.Dims(), in.q, in.k, in.v, lambda)
 	// The CG tolerance (1e-6 relative residual) and the system's condition
 	// number (below ~100 with lambda = 1 and unit-scale keys) bound the
 	// solve's error; outputs then carry the dtype's rounding.
@@ -406,27 +417,27 @@ func llaCase(dev engine.Device, rng *rand.Rand, dt engine.DType, c attnCfg, lamb
 	return m.result()
 }
 
-func linearCase(dev engine.Device, rng *rand.Rand, dt engine.DType, c attnCfg, affine, backward bool) ([]Metric, error) {
+func linearCase(dev engine.Device, rng *rand.Rand, dt engine.DType, c AttnShape, affine, backward bool) ([]Metric, error) {
 	ts := NewTensors(dev)
 	defer ts.Free()
 	in := newAttnIn(rng, dt, c)
-	R, K, V := ts.Up(dt, in.r, c.qs()...), ts.Up(dt, in.k, c.ks()...), ts.Up(dt, in.v, c.ks()...)
-	d := c.dims()
+	R, K, V := ts.Up(dt, in.r, c.QShape()...), ts.Up(dt, in.k, c.KVShape()...), ts.Up(dt, in.v, c.KVShape()...)
+	d := c.Dims()
 	var m attnMetrics
 	if !backward {
-		O := ts.New(dt, c.qs()...)
+		O := ts.New(dt, c.QShape()...)
 		if err := ts.Err(); err != nil {
 			return nil, err
 		}
-		if err := dev.LinearAttention(engine.LinearAttentionArgs{R: R, K: K, V: V, O: O, Affine: affine, AttentionOpts: c.opts()}); err != nil {
+		if err := dev.LinearAttention(engine.LinearAttentionArgs{R: R, K: K, V: V, O: O, Affine: affine, AttentionOpts: c.Opts()}); err != nil {
 			return nil, err
 		}
 		m.cmp("o", O, ref.LinearAttention(d, in.r, in.k, in.v, affine), attnFwdTol(dt, c))
 		return m.result()
 	}
-	a := engine.LinearAttentionBackwardArgs{R: R, K: K, V: V, DO: ts.Up(dt, in.dO, c.qs()...),
-		DR: ts.New(dt, c.qs()...), DK: ts.New(dt, c.ks()...), DV: ts.New(dt, c.ks()...),
-		Affine: affine, AttentionOpts: c.opts()}
+	a := engine.LinearAttentionBackwardArgs{R: R, K: K, V: V, DO: ts.Up(dt, in.dO, c.QShape()...),
+		DR: ts.New(dt, c.QShape()...), DK: ts.New(dt, c.KVShape()...), DV: ts.New(dt, c.KVShape()...),
+		Affine: affine, AttentionOpts: c.Opts()}
 	if err := ts.Err(); err != nil {
 		return nil, err
 	}

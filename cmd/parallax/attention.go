@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/parallax-engine/parallax/engine"
+	"github.com/parallax-engine/parallax/engine/ref"
 	"github.com/parallax-engine/parallax/model/safetensors"
 )
 
@@ -517,24 +518,18 @@ func writeAttnOutput(path string, in *attnInput, res *attnResult) error {
 }
 
 // correctionRatio is COR = mean over rows of ||vbar - o|| / ||vbar|| (rows
-// with vbar = 0 count as 0), computed on the host from the outputs.
+// with vbar = 0 count as 0): ref.CorrectionRatio of the host outputs.
 func correctionRatio(o, vbar *hostTensor) float64 {
 	d := o.shape[len(o.shape)-1]
-	rows := len(o.data) / max(d, 1)
-	if rows == 0 {
+	if d == 0 {
 		return 0
 	}
-	var sum float64
-	for i := range rows {
-		var num, den float64
-		for j := i * d; j < (i+1)*d; j++ {
-			diff := float64(vbar.data[j]) - float64(o.data[j])
-			num += diff * diff
-			den += float64(vbar.data[j]) * float64(vbar.data[j])
+	widen := func(x []float32) []float64 {
+		y := make([]float64, len(x))
+		for i, v := range x {
+			y[i] = float64(v)
 		}
-		if den > 0 {
-			sum += math.Sqrt(num / den)
-		}
+		return y
 	}
-	return sum / float64(rows)
+	return ref.CorrectionRatio(widen(o.data), widen(vbar.data), d)
 }

@@ -121,12 +121,8 @@ func (d *Device) attnForward(c fwdCall) error {
 		return err
 	}
 	nblocks := (rows + tl.br - 1) / tl.br
-	S := max(c.splits, 1)
+	S := d.capSplits(dm, c.splits)
 	decode := c.lens != nil
-	if perSplit := dm.B * dm.Hq * dm.Lq * (3 + 2*dm.D) * 4; S > 1 {
-		// The partial states must fit one binding.
-		S = max(1, min(S, int(d.MaxTensorBytes())/max(perSplit, 1)))
-	}
 	partial := decode && S > 1
 	flags := flag(c.lse.r != d.dummy) | flag(c.vb.r != d.dummy)<<1 | flag(c.tb.r != d.dummy)<<2
 	pc := push(uint32(dm.B), uint32(dm.Hq), uint32(dm.Hkv), uint32(dm.G), uint32(dm.Lq), uint32(dm.Lk),
@@ -137,13 +133,12 @@ func (d *Device) attnForward(c fwdCall) error {
 		lens = in(c.lens)
 	}
 	part := d.none()
-	var pr *region
 	if partial {
-		if pr, err = d.tmp(dm.B * dm.Hq * dm.Lq * S * (3 + 2*dm.D)); err != nil {
+		var release func()
+		if part, release, err = d.partialStates(dm, S); err != nil {
 			return err
 		}
-		defer d.mem.release(pr)
-		part = scratch(pr)
+		defer release()
 	}
 	groups := d.groups1(dm.B * dm.Hkv * nblocks * S)
 	if err := d.launch("attn_fwd", tl.wg, sp, pc, groups, c.q, c.k, c.v, c.r, c.o, c.lse, c.vb, c.tb, lens, part, d.statusArg()); err != nil {
@@ -152,8 +147,34 @@ func (d *Device) attnForward(c fwdCall) error {
 	if !partial {
 		return nil
 	}
+	return d.combineSplits(dm, pc, part, c.o, lens, c.hasR)
+}
+
+// capSplits is the split count S (at least 1), bounded so that the
+// split-KV partial states fit one binding.
+func (d *Device) capSplits(dm engine.AttnDims, S int) int {
+	if S <= 1 {
+		return 1
+	}
+	perSplit := dm.B * dm.Hq * dm.Lq * (3 + 2*dm.D) * 4
+	return max(1, min(S, int(d.MaxTensorBytes())/max(perSplit, 1)))
+}
+
+// partialStates allocates the partial states (m, d1, d2, O1, O2 for each
+// row and split) of S splits; release returns them to the pool.
+func (d *Device) partialStates(dm engine.AttnDims, S int) (part arg, release func(), err error) {
+	pr, err := d.tmp(dm.B * dm.Hq * dm.Lq * S * (3 + 2*dm.D))
+	if err != nil {
+		return arg{}, nil, err
+	}
+	return scratch(pr), func() { d.mem.release(pr) }, nil
+}
+
+// combineSplits merges the partial states into o (attn_combine, one
+// workgroup per row).
+func (d *Device) combineSplits(dm engine.AttnDims, pc []uint32, part, o, lens arg, hasR bool) error {
 	part.write = false
-	return d.launch("attn_combine", 64, spec{1: uint32(dm.D), 5: flag(c.hasR)}, pc, d.groups1(dm.B*dm.Hq*dm.Lq), part, c.o, lens)
+	return d.launch("attn_combine", 64, spec{1: uint32(dm.D), 5: flag(hasR)}, pc, d.groups1(dm.B*dm.Hq*dm.Lq), part, o, lens)
 }
 
 // Attention is the streaming forward of softmax or Parallax attention;
@@ -283,9 +304,7 @@ func (d *Device) decodeFast(dm engine.AttnDims, tl decodeTiles, a engine.DecodeA
 			S = v // a tuning override
 		}
 	}
-	if perSplit := dm.B * dm.Hq * dm.Lq * (3 + 2*dm.D) * 4; S > 1 {
-		S = max(1, min(S, int(d.MaxTensorBytes())/max(perSplit, 1)))
-	}
+	S = d.capSplits(dm, S)
 	partial := S > 1
 	pc := push(uint32(dm.B), uint32(dm.Hq), uint32(dm.Hkv), uint32(dm.G), uint32(dm.Lq), uint32(dm.Lk),
 		true, uint32(dm.Window), dm.Scale, uint32(S), uint32(1), uint32(0))
@@ -293,12 +312,12 @@ func (d *Device) decodeFast(dm engine.AttnDims, tl decodeTiles, a engine.DecodeA
 	sp := spec{1: uint32(dm.D), 2: uint32(tl.rp), 3: uint32(tl.bc), 5: flag(hasR), 7: flag(partial)}
 	part := d.none()
 	if partial {
-		pr, err := d.tmp(dm.B * dm.Hq * dm.Lq * S * (3 + 2*dm.D))
+		p, release, err := d.partialStates(dm, S)
 		if err != nil {
 			return err
 		}
-		defer d.mem.release(pr)
-		part = scratch(pr)
+		defer release()
+		part = p
 	}
 	o := out(a.O)
 	// Loading the next tile during this one's arithmetic measured 4-10%
@@ -314,8 +333,7 @@ func (d *Device) decodeFast(dm engine.AttnDims, tl decodeTiles, a engine.DecodeA
 	if !partial {
 		return nil
 	}
-	part.write = false
-	return d.launch("attn_combine", 64, spec{1: uint32(dm.D), 5: flag(hasR)}, pc, d.groups1(dm.B*dm.Hq*dm.Lq), part, o, in(a.Lens))
+	return d.combineSplits(dm, pc, part, o, in(a.Lens), hasR)
 }
 
 // decodeSplits chooses the split count when the caller leaves it to us:

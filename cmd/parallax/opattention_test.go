@@ -276,14 +276,13 @@ func refGradient(d attnDims, o refOpts, in map[string][]float64, name string) []
 
 // attnCase is one round trip through "parallax op attention".
 type attnCase struct {
-	name   string
-	dims   attnDims
-	meta   map[string]string
-	r, do  bool
-	dtype  string   // storage dtype of the inputs; "" is F32
-	want   []string // output tensors expected, besides o
-	grads  map[string]string
-	refOpt refOpts
+	name  string
+	dims  attnDims
+	meta  map[string]string
+	r, do bool
+	dtype string   // storage dtype of the inputs; "" is F32
+	want  []string // output tensors expected, besides o
+	grads map[string]string
 }
 
 func TestOpAttentionRoundTrip(t *testing.T) {

@@ -285,15 +285,6 @@ func row(t *engine.Tensor) *engine.Tensor {
 	return v
 }
 
-// mat views t as [rows, cols] with rows = Numel/cols.
-func mat(t *engine.Tensor, cols int) *engine.Tensor {
-	v, err := t.Reshape(t.Numel()/cols, cols)
-	if err != nil {
-		panic("mad: internal reshape: " + err.Error())
-	}
-	return v
-}
-
 // heads views t [N, H*D] as [B, T, H, D].
 func heads(t *engine.Tensor, B, T, H, D int) *engine.Tensor {
 	v, err := t.Reshape(B, T, H, D)

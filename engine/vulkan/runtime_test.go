@@ -238,7 +238,7 @@ func TestShaderErrorsAtSync(t *testing.T) {
 // host's, including subnormals, ties and overflow.
 func TestHalfConversionsExact(t *testing.T) {
 	d := testDevice(t)
-	vals := []float32{0, -0.0, 1, -1, 65504, 65519.99, 65520, 1e6, -1e6, 5.9604645e-8, 2.9802322e-8, 2.9802326e-8,
+	vals := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 65504, 65519.99, 65520, 1e6, -1e6, 5.9604645e-8, 2.9802322e-8, 2.9802326e-8,
 		4.4703484e-8, 6.1035156e-5, 6.1035152e-5, 1.0009765625, 1.00048828125, 1.00146484375, 3.3895314e38,
 		float32(math.Inf(1)), float32(math.Inf(-1)), 1.00390625, 1.01171875, -2.5e-39, 1e-45, 0.1, 3.14159265}
 	src := upload(t, d, engine.F32, vals, len(vals))

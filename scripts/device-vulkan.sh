@@ -10,8 +10,9 @@
 #
 # The GPU image may lack the Vulkan loader: a .gl/ folder of Debian packages
 # (libvulkan1 and the GL vendor-neutral libraries) is unpacked first when
-# present. Usage: scripts/device-vulkan.sh [test] [bench] [prefill]
-# (default: all). Logs go to $OUT (default /tmp/vulkan-out).
+# present. Usage: scripts/device-vulkan.sh [test] [bench] [prefill] [kernels]
+# (default: test bench prefill; kernels compares the decode kernels and
+# their variants on a few shapes, with the driver's statistics). Logs go to $OUT (default /tmp/vulkan-out).
 set -uo pipefail
 OUT=${OUT:-/tmp/vulkan-out}
 mkdir -p "$OUT"
@@ -66,6 +67,22 @@ if [[ $steps == *bench* ]]; then
 			done
 		done
 	done 2>&1 | tee "$OUT/decode.txt"
+fi
+if [[ $steps == *kernels* ]]; then
+	echo "== decode kernels: tests and a few shapes per kernel"
+	for k in coop coop-sh16 scalar; do
+		env="PARALLAX_VULKAN_DECODE_VARIANT=default"
+		[[ $k == coop-sh16 ]] && env="PARALLAX_VULKAN_DECODE_VARIANT=sh16"
+		[[ $k == scalar ]] && env="PARALLAX_VULKAN_DECODE=scalar"
+		env $env timeout 120 ./bin/vulkan.test -test.v -test.run 'TestDecode' >"$OUT/decode-test-$k.log" 2>&1
+		echo "$k: tests exit $? pass $(grep -c -- '--- PASS' "$OUT/decode-test-$k.log") fail $(grep -c -- '--- FAIL' "$OUT/decode-test-$k.log")"
+		grep -E -- '--- FAIL|kernel:|relative|Sync|_test.go' "$OUT/decode-test-$k.log" | grep -B1 -A3 FAIL | head -30
+		for s in 64,32,8,16384,128 32,16,8,16384,128 8,32,8,16384,128 1,32,8,16384,128 64,32,8,4096,128; do
+			env $env PARALLAX_VULKAN_PIPELINE_STATS=1 ./bin/parallax bench decode --device "$dev" --dtype ${DECODE_DTYPE:-bf16} --shape $s --iters ${ITERS:-10} >"$OUT/decode-$k-$s.txt" 2>&1
+			echo "$k $s  $(tail -1 "$OUT/decode-$k-$s.txt")"
+		done
+		grep -i -E -A12 'attn_decode' "$OUT/decode-$k-64,32,8,16384,128.txt" | grep -i -E 'regist|local|spill|shared|attn_decode' | head -12
+	done 2>&1 | tee "$OUT/kernels.txt"
 fi
 if [[ $steps == *prefill* ]]; then
 	echo "== prefill (bf16, causal)"

@@ -226,6 +226,7 @@ int px_f32_to_i32(float f) {
 #define PX_ERR_TARGET_RANGE 2u
 #define PX_ERR_LENS_RANGE 3u
 #define PX_ERR_LLA_SINGULAR 4u
+#define PX_ERR_F16_RANGE 5u
 
 // ---- Work decomposition ----
 

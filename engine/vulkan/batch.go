@@ -415,6 +415,7 @@ const (
 	statusTargetRange = 2 // cross entropy: targets[a] = b outside [0, c)
 	statusLensRange   = 3 // decode: lens[a] = b outside [Lq, Cap = c]
 	statusLLASingular = 4 // lla: row a has a singular system
+	statusF16Range    = 5 // decode on tensor cores: (b = a, kv head b, split c) left f16's range
 )
 
 // checkStatus turns a flag raised by a shader into the device's pending
@@ -444,6 +445,8 @@ func (d *Device) checkStatus() {
 		err = fmt.Errorf("decode attention: lens: lens[%d] = %d is outside [Lq %d, capacity %d] (sequence %d)", a, bb, op, c, a)
 	case statusLLASingular:
 		err = fmt.Errorf("lla: row %d (flattened b, head, position): the system is singular or the output is not finite (omega - mu.rho* <= 1e-9 omega); use lambda > 0", a)
+	case statusF16Range:
+		err = fmt.Errorf("decode attention: sequence %d, KV head %d: a result is not finite on the tensor-core path, whose f16 operands hold only values below 65504 in magnitude (K, V, the queries, the probes and p t); PARALLAX_VULKAN_DECODE=scalar uses the f32 kernel", a, bb)
 	default:
 		err = fmt.Errorf("a shader raised error code %d (%d, %d, %d)", code, a, bb, c)
 	}

@@ -2,6 +2,7 @@ package vulkan
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"strconv"
 
@@ -210,8 +211,8 @@ func (d *Device) DecodeAttention(a engine.DecodeArgs) error {
 	}
 	dims := engine.AttnDims{B: dd.B, Hq: dd.Hq, Hkv: dd.Hkv, G: dd.G, Lq: dd.Lq, Lk: dd.Cap, D: dd.D,
 		Offset: dd.Cap - dd.Lq, Scale: dd.Scale, Causal: true, Window: dd.Window}
-	if tl, ok := d.planDecode(dims, a); ok {
-		return d.decodeFast(dims, tl, a)
+	if k, ok := d.planDecode(dims, a); ok {
+		return d.decodeFast(dims, k, a)
 	}
 	splits := a.Splits
 	if splits == 0 {
@@ -224,42 +225,79 @@ func (d *Device) DecodeAttention(a engine.DecodeArgs) error {
 	})
 }
 
-// decodeTiles are attn_decode's sizes: rp rows (padded) and bc keys per
-// tile; the workgroup has 2 bc invocations.
-type decodeTiles struct{ rp, bc int }
+// decodeLaunch is a decode kernel and how it is launched: its module,
+// workgroup size, specialization (without the partial flag), keys per
+// tile and the number of workgroups its split count aims for.
+type decodeLaunch struct {
+	kernel string
+	wg     int
+	sp     spec
+	bc     int
+	target int
+}
 
 // Subgroup operation bits (VkSubgroupFeatureFlagBits) and the compute
 // stage bit.
 const (
 	subgroupBasic      = 0x1
+	subgroupVote       = 0x2
 	subgroupArithmetic = 0x4
+	subgroupClustered  = 0x40
 	stageCompute       = 0x20
 )
 
-// planDecode says whether attn_decode (the bandwidth kernel) serves this
-// decode and with which tiles: at most 8 query rows per KV head (G Lq),
-// K and V of one dtype, a power-of-two head dimension whose rows are
-// whole 16-byte pieces, subgroup arithmetic in compute shaders and the
-// shared memory for at least 16-key tiles. Everything else takes the
-// general attn_fwd path. PARALLAX_VULKAN_DECODE=generic forces that path.
-func (d *Device) planDecode(dm engine.AttnDims, a engine.DecodeArgs) (decodeTiles, bool) {
-	if os.Getenv("PARALLAX_VULKAN_DECODE") == "generic" {
-		return decodeTiles{}, false
+// hasSubgroupOps reports whether compute shaders have every subgroup
+// operation class in ops.
+func (d *Device) hasSubgroupOps(ops uint32) bool {
+	x := &d.pd.x
+	return uint32(x.subgroupOps)&ops == ops && uint32(x.subgroupStages)&stageCompute != 0
+}
+
+// planDecode chooses the decode kernel, fastest first:
+//
+//	attn_decode_coop  tensor cores (NV cooperative matrix, f16 operands):
+//	                  bf16 or f16 caches, D a multiple of 16 up to 256;
+//	attn_decode       scalar, bandwidth-built: any cache dtype, D a power
+//	                  of two of whole 16-byte pieces;
+//
+// both for at most 8 query rows per KV head (G Lq) and K and V of one
+// dtype. It returns false for everything else, which takes the general
+// attn_fwd path. PARALLAX_VULKAN_DECODE=scalar skips the tensor-core
+// kernel, =generic forces attn_fwd.
+func (d *Device) planDecode(dm engine.AttnDims, a engine.DecodeArgs) (decodeLaunch, bool) {
+	force := os.Getenv("PARALLAX_VULKAN_DECODE")
+	if force == "generic" {
+		return decodeLaunch{}, false
 	}
 	rows := dm.G * dm.Lq
-	x := &d.pd.x
-	if rows > 8 || a.KCache.DType() != a.VCache.DType() || dm.D&(dm.D-1) != 0 || dm.D < 8 ||
-		uint32(x.subgroupOps)&(subgroupBasic|subgroupArithmetic) != subgroupBasic|subgroupArithmetic ||
-		uint32(x.subgroupStages)&stageCompute == 0 {
-		return decodeTiles{}, false
+	dt := a.KCache.DType()
+	if rows > 8 || dt != a.VCache.DType() {
+		return decodeLaunch{}, false
 	}
-	h16 := a.KCache.DType() != engine.F32
+	hasR := flag(a.R != nil)
+	if force != "scalar" && d.coop && d.subgroup == 32 && (dt == engine.BF16 || dt == engine.F16) &&
+		dm.D%16 == 0 && dm.D <= 256 && d.hasSubgroupOps(subgroupBasic|subgroupVote|subgroupClustered) {
+		sd := dm.D + 8
+		shared := 2*16*sd + 2*2*16*sd + 4*16*16 + 2*16*16 + 4*16*dm.D + 4*8
+		if shared <= int(d.pd.lim.maxSharedMemory) {
+			kernel := "attn_decode_coop"
+			if os.Getenv("PARALLAX_VULKAN_DECODE_VARIANT") == "sh16" {
+				kernel += ".sh16"
+			}
+			return decodeLaunch{kernel: kernel, wg: 32, sp: spec{1: uint32(dm.D), 5: hasR}, bc: 16, target: 2048}, true
+		}
+	}
+	x := &d.pd.x
+	if dm.D&(dm.D-1) != 0 || dm.D < 8 || !d.hasSubgroupOps(subgroupBasic|subgroupArithmetic) {
+		return decodeLaunch{}, false
+	}
+	h16 := dt != engine.F32
 	nw := dm.D
 	if h16 {
 		nw = dm.D / 2
 	}
 	if nw%4 != 0 {
-		return decodeTiles{}, false
+		return decodeLaunch{}, false
 	}
 	rp := 4
 	if rows > 4 {
@@ -271,6 +309,12 @@ func (d *Device) planDecode(dm engine.AttnDims, a engine.DecodeArgs) (decodeTile
 	}
 	limit := int(d.pd.lim.maxSharedMemory) - 256
 	maxWG := min(int(d.pd.lim.maxGroupInvocations), int(d.pd.lim.maxGroupSize[0]))
+	// Loading the next tile during this one's arithmetic measured 4-10%
+	// faster on the H200 (docs/PERFORMANCE.md); "plain" is the other.
+	kernel := "attn_decode.prefetch"
+	if os.Getenv("PARALLAX_VULKAN_DECODE_VARIANT") == "plain" {
+		kernel = "attn_decode"
+	}
 	// 32-key tiles measured faster than 64 on the H200 (more workgroups
 	// per multiprocessor); 64 remains as a tuning choice.
 	for _, bc := range []int{32, 16, 64} {
@@ -284,22 +328,23 @@ func (d *Device) planDecode(dm engine.AttnDims, a engine.DecodeArgs) (decodeTile
 			(nw+wg-1)/wg*(dm.D/nw) > 2 || (bc*nw/4+wg-1)/wg > 16 {
 			continue
 		}
-		return decodeTiles{rp: rp, bc: bc}, true
+		sp := spec{1: uint32(dm.D), 2: uint32(rp), 3: uint32(bc), 5: hasR}
+		return decodeLaunch{kernel: kernel, wg: wg, sp: sp, bc: bc, target: 1024}, true
 	}
-	return decodeTiles{}, false
+	return decodeLaunch{}, false
 }
 
-// decodeFast runs attn_decode: Splits chunks of each (sequence, KV head)'s
-// keys (0: enough for about 1024 workgroups, at least two tiles each),
-// then attn_combine when there is more than one.
-func (d *Device) decodeFast(dm engine.AttnDims, tl decodeTiles, a engine.DecodeArgs) error {
+// decodeFast runs a decode kernel: Splits chunks of each (sequence, KV
+// head)'s keys (0: enough for the kernel's target workgroup count, at
+// least two tiles each), then attn_combine when there is more than one.
+func (d *Device) decodeFast(dm engine.AttnDims, k decodeLaunch, a engine.DecodeArgs) error {
 	if dm.B*dm.Hkv == 0 {
 		return nil
 	}
 	items := dm.B * dm.Hkv
 	S := a.Splits
 	if S == 0 {
-		S = max(1, min((1024+items-1)/items, dm.Lk/(2*tl.bc), 256))
+		S = max(1, min((k.target+items-1)/items, dm.Lk/(2*k.bc), 256))
 		if v, err := strconv.Atoi(os.Getenv("PARALLAX_VULKAN_DECODE_SPLITS")); err == nil && v > 0 {
 			S = v // a tuning override
 		}
@@ -309,7 +354,8 @@ func (d *Device) decodeFast(dm engine.AttnDims, tl decodeTiles, a engine.DecodeA
 	pc := push(uint32(dm.B), uint32(dm.Hq), uint32(dm.Hkv), uint32(dm.G), uint32(dm.Lq), uint32(dm.Lk),
 		true, uint32(dm.Window), dm.Scale, uint32(S), uint32(1), uint32(0))
 	hasR := a.R != nil
-	sp := spec{1: uint32(dm.D), 2: uint32(tl.rp), 3: uint32(tl.bc), 5: flag(hasR), 7: flag(partial)}
+	sp := maps.Clone(k.sp)
+	sp[7] = flag(partial)
 	part := d.none()
 	if partial {
 		p, release, err := d.partialStates(dm, S)
@@ -320,13 +366,7 @@ func (d *Device) decodeFast(dm engine.AttnDims, tl decodeTiles, a engine.DecodeA
 		part = p
 	}
 	o := out(a.O)
-	// Loading the next tile during this one's arithmetic measured 4-10%
-	// faster on the H200 (docs/PERFORMANCE.md); "plain" is the other.
-	kernel := "attn_decode.prefetch"
-	if os.Getenv("PARALLAX_VULKAN_DECODE_VARIANT") == "plain" {
-		kernel = "attn_decode"
-	}
-	if err := d.launch(kernel, 2*tl.bc, sp, pc, d.groups1(items*S),
+	if err := d.launch(k.kernel, k.wg, sp, pc, d.groups1(items*S),
 		in(a.Q), in(a.KCache), in(a.VCache), d.opt(a.R, false), o, in(a.Lens), part, d.statusArg()); err != nil {
 		return err
 	}

@@ -70,18 +70,23 @@ if [[ $steps == *bench* ]]; then
 fi
 if [[ $steps == *kernels* ]]; then
 	echo "== decode kernels: tests and a few shapes per kernel"
-	for k in coop coop-sh16 scalar; do
+	./bin/parallax devices 2>&1 | grep -i -E "coopmat|subgroup" | head -8
+	for k in ${KERNELS:-default bc16 wide sh16 scalar}; do
 		env="PARALLAX_VULKAN_DECODE_VARIANT=default"
-		[[ $k == coop-sh16 ]] && env="PARALLAX_VULKAN_DECODE_VARIANT=sh16"
-		[[ $k == scalar ]] && env="PARALLAX_VULKAN_DECODE=scalar"
+		case $k in
+		bc16) env="PARALLAX_VULKAN_DECODE_BC=16" ;;
+		wide) env="PARALLAX_VULKAN_DECODE=wide" ;;
+		sh16) env="PARALLAX_VULKAN_DECODE_VARIANT=sh16" ;;
+		scalar) env="PARALLAX_VULKAN_DECODE=scalar" ;;
+		esac
 		env $env timeout 120 ./bin/vulkan.test -test.v -test.run 'TestDecode' >"$OUT/decode-test-$k.log" 2>&1
 		echo "$k: tests exit $? pass $(grep -c -- '--- PASS' "$OUT/decode-test-$k.log") fail $(grep -c -- '--- FAIL' "$OUT/decode-test-$k.log")"
-		grep -E -- '--- FAIL|kernel:|relative|Sync|_test.go' "$OUT/decode-test-$k.log" | grep -B1 -A3 FAIL | head -30
-		for s in 64,32,8,16384,128 32,16,8,16384,128 8,32,8,16384,128 1,32,8,16384,128 64,32,8,4096,128; do
-			env $env PARALLAX_VULKAN_PIPELINE_STATS=1 ./bin/parallax bench decode --device "$dev" --dtype ${DECODE_DTYPE:-bf16} --shape $s --iters ${ITERS:-10} >"$OUT/decode-$k-$s.txt" 2>&1
-			echo "$k $s  $(tail -1 "$OUT/decode-$k-$s.txt")"
+		grep -E -- '--- FAIL' -A4 "$OUT/decode-test-$k.log" | head -20
+		for s in ${SHAPES:-64,32,8,16384,128 64,16,8,16384,128 32,32,8,16384,128 32,16,8,16384,128 64,32,8,4096,128 64,16,8,4096,128 8,32,8,16384,128 1,32,8,16384,128}; do
+			env $env PARALLAX_VULKAN_PIPELINE_STATS=1 ./bin/parallax bench decode --device "$dev" --dtype ${DECODE_DTYPE:-bf16} --shape $s --iters ${ITERS:-10} >"$OUT/decode-$k.txt" 2>&1
+			echo "$k $s  $(tail -1 "$OUT/decode-$k.txt" | sed 's/.*(NVIDIA H200)://')"
 		done
-		grep -i -E -A12 'attn_decode' "$OUT/decode-$k-64,32,8,16384,128.txt" | grep -i -E 'regist|local|spill|shared|attn_decode' | head -12
+		grep -E 'pipeline attn_decode' "$OUT/decode-$k.txt" | sed 's/,: /: /' | cut -c1-220 | head -3
 	done 2>&1 | tee "$OUT/kernels.txt"
 fi
 if [[ $steps == *prefill* ]]; then

@@ -1,8 +1,14 @@
 #version 450
 // Split-KV combine: merges each row's S partial states (m, d1, d2, O1, O2)
-// exactly (each rescaled by exp(m_s - max m)) and finishes the output as
-// attn_fwd does. One workgroup per row; sequences whose length failed the
-// decode check are skipped (attn_fwd raised the error).
+// exactly (each rescaled by w_s = exp(m_s - max m)) and finishes the output
+// as attn_fwd does. One workgroup per row; sequences whose length failed
+// the decode check are skipped (the decode kernel raised the error).
+//
+// Decode of a few long sequences splits each row hundreds of ways, so the
+// splits are spread over the invocations: the max and the weighted sums
+// d1, d2 are reductions over the workgroup (WG a power of two), and the
+// weights of up to CH splits at a time are kept in shared memory for the
+// columns' sums, whose loads are then independent of one another.
 #include "common.glsl"
 #include "attn.glsl"
 
@@ -12,6 +18,12 @@ layout(constant_id = 5) const uint HAS_R = 0;
 F32BUF(0, part)
 OUT(1, O)
 INDEX(2, lens)
+
+const uint CH = 256u;
+shared float sW[CH];
+shared float sRed[WG];
+shared float sRed2[WG];
+shared float sAcc[2u * D];
 
 void main() {
 	uint row = px_group();
@@ -24,39 +36,74 @@ void main() {
 	if (nb < int(pc.Lq) || nb > int(pc.Lk)) {
 		return;
 	}
+	uint t = gl_LocalInvocationID.x;
 	uint S = pc.splits, PS = 3u + 2u * D;
 	uint base = row * S * PS;
+
+	// M = the largest m of the splits that saw a key.
 	float M = PX_NEG_INF;
-	for (uint s = 0u; s < S; s++) {
+	for (uint s = t; s < S; s += WG) {
 		if (part[base + s * PS + 1u] > 0.0) {
 			M = max(M, part[base + s * PS]);
 		}
 	}
-	float d1 = 0.0, d2 = 0.0;
-	if (M != PX_NEG_INF) {
-		for (uint s = 0u; s < S; s++) {
-			float ds = part[base + s * PS + 1u];
-			if (ds > 0.0) {
-				float w = exp(part[base + s * PS] - M);
-				d1 += w * ds;
-				d2 += w * part[base + s * PS + 2u];
-			}
+	sRed[t] = M;
+	barrier();
+	for (uint h = WG / 2u; h > 0u; h >>= 1u) {
+		if (t < h) {
+			sRed[t] = max(sRed[t], sRed[t + h]);
 		}
+		barrier();
 	}
-	for (uint x = gl_LocalInvocationID.x; x < D; x += WG) {
-		float o = 0.0;
-		if (d1 > 0.0) {
-			float a1 = 0.0, a2 = 0.0;
-			for (uint s = 0u; s < S; s++) {
-				uint ps = base + s * PS;
-				if (part[ps + 1u] > 0.0) {
-					float w = exp(part[ps] - M);
+	M = sRed[0];
+	barrier();
+
+	float l1 = 0.0, l2 = 0.0;
+	for (uint c0 = 0u; c0 < S; c0 += CH) {
+		uint nc = min(CH, S - c0);
+		for (uint s = t; s < nc; s += WG) {
+			uint ps = base + (c0 + s) * PS;
+			float ds = part[ps + 1u], w = 0.0;
+			if (ds > 0.0 && M != PX_NEG_INF) {
+				w = exp(part[ps] - M);
+				l1 += w * ds;
+				l2 += w * part[ps + 2u];
+			}
+			sW[s] = w;
+		}
+		barrier();
+		for (uint x = t; x < D; x += WG) {
+			float a1 = c0 == 0u ? 0.0 : sAcc[x];
+			float a2 = c0 == 0u ? 0.0 : sAcc[D + x];
+			for (uint s = 0u; s < nc; s++) {
+				float w = sW[s];
+				if (w != 0.0) {
+					uint ps = base + (c0 + s) * PS;
 					a1 += w * part[ps + 3u + x];
 					a2 += w * part[ps + 3u + D + x];
 				}
 			}
-			float vb = a1 / d1;
-			o = HAS_R != 0u ? vb * (1.0 + d2 / d1) - a2 / d1 : vb;
+			sAcc[x] = a1; // column x is this invocation's alone
+			sAcc[D + x] = a2;
+		}
+		barrier();
+	}
+	sRed[t] = l1;
+	sRed2[t] = l2;
+	barrier();
+	for (uint h = WG / 2u; h > 0u; h >>= 1u) {
+		if (t < h) {
+			sRed[t] += sRed[t + h];
+			sRed2[t] += sRed2[t + h];
+		}
+		barrier();
+	}
+	float d1 = sRed[0], d2 = sRed2[0];
+	for (uint x = t; x < D; x += WG) {
+		float o = 0.0;
+		if (d1 > 0.0) {
+			float vb = sAcc[x] / d1;
+			o = HAS_R != 0u ? vb * (1.0 + d2 / d1) - sAcc[D + x] / d1 : vb;
 		}
 		O_st(row * D + x, o);
 	}

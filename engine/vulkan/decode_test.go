@@ -114,7 +114,9 @@ func TestDecodeKernel(t *testing.T) {
 					// shared memory takes 16-bit caches of D <= 128 to
 					// attn_decode; f32 and larger heads may need more.
 					k, fast := dd.planDecode(dm, a)
-					if want := !tc.generic && tc.G*tc.Lq <= 8; fast != want && (!want || (tc.D <= 128 && tc.dt != engine.F32)) {
+					// (Unless a tuning override narrows the choice of tiles.)
+					tuned := os.Getenv("PARALLAX_VULKAN_DECODE_BC") != ""
+					if want := !tc.generic && tc.G*tc.Lq <= 8; fast != want && (!want || (tc.D <= 128 && tc.dt != engine.F32 && !tuned)) {
 						t.Fatalf("attn_decode serves this shape on %s: %v", dd.pd.name, fast)
 					}
 					// Where the matmul runs on tensor cores, so must decode.

@@ -202,13 +202,22 @@ func (p *physDevice) coopMatMulNV() (bool, string) {
 	if !cBool(p.x.shaderFloat16) || !cBool(p.x.storageBuffer16BitAccess) || !cBool(p.x.vulkanMemoryModel) {
 		return false, "needs shaderFloat16, 16-bit storage and the Vulkan memory model"
 	}
+	if !p.hasCoopShapeNV(16, 16, 16) {
+		return false, "no 16x16x16 f16 x f16 -> f32 shape"
+	}
+	return true, ""
+}
+
+// hasCoopShapeNV reports whether the device lists the NV cooperative-matrix
+// shape M x N x K with f16 inputs and f32 accumulators at subgroup scope.
+func (p *physDevice) hasCoopShapeNV(m, n, k int) bool {
 	for _, s := range p.coopShapesNV() {
-		if s.M == 16 && s.N == 16 && s.K == 16 && s.A == C.PX_COMPONENT_FLOAT16 && s.B == C.PX_COMPONENT_FLOAT16 &&
+		if s.M == m && s.N == n && s.K == k && s.A == C.PX_COMPONENT_FLOAT16 && s.B == C.PX_COMPONENT_FLOAT16 &&
 			s.C == C.PX_COMPONENT_FLOAT32 && s.Result == C.PX_COMPONENT_FLOAT32 && s.Scope == C.PX_SCOPE_SUBGROUP {
-			return true, ""
+			return true
 		}
 	}
-	return false, "no 16x16x16 f16 x f16 -> f32 shape"
+	return false
 }
 
 func componentName(c int) string {

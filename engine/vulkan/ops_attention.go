@@ -255,15 +255,19 @@ func (d *Device) hasSubgroupOps(ops uint32) bool {
 
 // planDecode chooses the decode kernel, fastest first:
 //
-//	attn_decode_coop  tensor cores (NV cooperative matrix, f16 operands):
-//	                  bf16 or f16 caches, D a multiple of 16 up to 256;
-//	attn_decode       scalar, bandwidth-built: any cache dtype, D a power
-//	                  of two of whole 16-byte pieces;
+//	attn_decode_coop8  tensor cores (NV cooperative matrix, f16 operands,
+//	                   16 x 8 x 16): at most 4 query rows per KV head;
+//	attn_decode_coop   the same as 16 x 16 x 16 products: at most 8 rows;
+//	attn_decode        scalar, bandwidth-built: any cache dtype, D a power
+//	                   of two of whole 16-byte pieces, at most 8 rows;
 //
-// both for at most 8 query rows per KV head (G Lq) and K and V of one
-// dtype. It returns false for everything else, which takes the general
-// attn_fwd path. PARALLAX_VULKAN_DECODE=scalar skips the tensor-core
-// kernel, =generic forces attn_fwd.
+// the tensor-core kernels for bf16 or f16 caches and D a multiple of 16 up
+// to 256, all for K and V of one dtype. It returns false for everything
+// else, which takes the general attn_fwd path. PARALLAX_VULKAN_DECODE
+// forces a kernel: wide (attn_decode_coop), scalar or generic (attn_fwd);
+// PARALLAX_VULKAN_DECODE_VARIANT=sh16 stages the tensor-core kernels'
+// K and V as 16-bit elements, PARALLAX_VULKAN_DECODE_BC=16 gives
+// attn_decode_coop8 16-key tiles.
 func (d *Device) planDecode(dm engine.AttnDims, a engine.DecodeArgs) (decodeLaunch, bool) {
 	force := os.Getenv("PARALLAX_VULKAN_DECODE")
 	if force == "generic" {
@@ -275,17 +279,9 @@ func (d *Device) planDecode(dm engine.AttnDims, a engine.DecodeArgs) (decodeLaun
 		return decodeLaunch{}, false
 	}
 	hasR := flag(a.R != nil)
-	if force != "scalar" && d.coop && d.subgroup == 32 && (dt == engine.BF16 || dt == engine.F16) &&
-		dm.D%16 == 0 && dm.D <= 256 && d.hasSubgroupOps(subgroupBasic|subgroupVote|subgroupClustered) {
-		sd := dm.D + 8
-		shared := 2*16*sd + 2*2*16*sd + 4*16*16 + 2*16*16 + 4*16*dm.D + 4*8
-		if shared <= int(d.pd.lim.maxSharedMemory) {
-			kernel := "attn_decode_coop"
-			if os.Getenv("PARALLAX_VULKAN_DECODE_VARIANT") == "sh16" {
-				kernel += ".sh16"
-			}
-			return decodeLaunch{kernel: kernel, wg: 32, sp: spec{1: uint32(dm.D), 5: hasR}, bc: 16, target: 2048}, true
-		}
+	if k, ok := d.planDecodeCoop(dm, dt, rows, force); ok {
+		k.sp[5] = hasR
+		return k, true
 	}
 	x := &d.pd.x
 	if dm.D&(dm.D-1) != 0 || dm.D < 8 || !d.hasSubgroupOps(subgroupBasic|subgroupArithmetic) {
@@ -332,6 +328,33 @@ func (d *Device) planDecode(dm engine.AttnDims, a engine.DecodeArgs) (decodeLaun
 		return decodeLaunch{kernel: kernel, wg: wg, sp: sp, bc: bc, target: 1024}, true
 	}
 	return decodeLaunch{}, false
+}
+
+// planDecodeCoop chooses a tensor-core decode kernel and its tiles.
+func (d *Device) planDecodeCoop(dm engine.AttnDims, dt engine.DType, rows int, force string) (decodeLaunch, bool) {
+	if force == "scalar" || !d.coop || d.subgroup != 32 || (dt != engine.BF16 && dt != engine.F16) ||
+		dm.D%16 != 0 || dm.D > 256 || !d.hasSubgroupOps(subgroupBasic|subgroupVote|subgroupClustered) {
+		return decodeLaunch{}, false
+	}
+	kernel, bc, sd, limit := "attn_decode_coop", 16, dm.D+8, int(d.pd.lim.maxSharedMemory)
+	shared := 2*16*sd + 2*2*bc*sd + 4*16*16 + 2*16*16 + 4*16*dm.D + 4*8
+	if force != "wide" && rows <= 4 && d.pd.hasCoopShapeNV(16, 8, 16) {
+		// 32-key tiles halve the per-key barriers and softmax rounds; they
+		// need 16 prefetch registers per invocation up to D = 128.
+		bc = 32
+		if dm.D > 128 || os.Getenv("PARALLAX_VULKAN_DECODE_BC") == "16" {
+			bc = 16
+		}
+		kernel = "attn_decode_coop8"
+		shared = 2*8*sd + 2*2*bc*sd + 4*bc*8 + 2*bc*8 + 4*dm.D*8 + 4*4
+	}
+	if shared > limit {
+		return decodeLaunch{}, false
+	}
+	if os.Getenv("PARALLAX_VULKAN_DECODE_VARIANT") == "sh16" {
+		kernel += ".sh16"
+	}
+	return decodeLaunch{kernel: kernel, wg: 32, sp: spec{1: uint32(dm.D), 3: uint32(bc)}, bc: bc, target: 2048}, true
 }
 
 // decodeFast runs a decode kernel: Splits chunks of each (sequence, KV

@@ -49,11 +49,13 @@ var Variants = func() []Variant {
 		Variant{Name: "attn_decode.prefetch.no16", Source: "attn_decode", Defines: []string{"PX_PREFETCH", "PX_NO16"}, Target: "vulkan1.1"})
 	// The tensor-core matmul: GL_NV_cooperative_matrix, f16 inputs.
 	vs = append(vs, Variant{Name: "matmul_coop", Source: "matmul_coop", Target: "vulkan1.1"})
-	// Decode on tensor cores: K and V staged as 16-byte vectors, or as
-	// 16-bit elements (.sh16).
-	vs = append(vs,
-		Variant{Name: "attn_decode_coop", Source: "attn_decode_coop", Target: "vulkan1.1"},
-		Variant{Name: "attn_decode_coop.sh16", Source: "attn_decode_coop", Defines: []string{"PX_SH16"}, Target: "vulkan1.1"})
+	// Decode on tensor cores (up to 8 and up to 4 rows): K and V staged as
+	// 16-byte vectors, or as 16-bit elements (.sh16).
+	for _, k := range []string{"attn_decode_coop", "attn_decode_coop8"} {
+		vs = append(vs,
+			Variant{Name: k, Source: k, Target: "vulkan1.1"},
+			Variant{Name: k + ".sh16", Source: k, Defines: []string{"PX_SH16"}, Target: "vulkan1.1"})
+	}
 	// parallax-view's frame: into the swapchain image in its own format
 	// (shaderStorageImageWriteWithoutFormat) or into an RGBA8 image.
 	vs = append(vs,

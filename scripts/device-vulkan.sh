@@ -89,6 +89,30 @@ if [[ $steps == *kernels* ]]; then
 		grep -E 'pipeline attn_decode' "$OUT/decode-$k.txt" | sed 's/,: /: /' | cut -c1-220 | head -3
 	done 2>&1 | tee "$OUT/kernels.txt"
 fi
+if [[ $steps == *fwd* ]]; then
+	echo "== attention forward kernels"
+	for k in coop scalar; do
+		env="PARALLAX_VULKAN_ATTN=$k"
+		env $env timeout 120 ./bin/vulkan.test -test.v -test.run 'TestAttentionForwardKernel' >"$OUT/fwd-test-$k.log" 2>&1
+		echo "$k: tests exit $? pass $(grep -c -- '--- PASS' "$OUT/fwd-test-$k.log") fail $(grep -c -- '--- FAIL' "$OUT/fwd-test-$k.log")"
+		grep -E -- '--- FAIL|error' "$OUT/fwd-test-$k.log" | head -20
+	done
+	for s in 8,16,4096,128 1,16,16384,128 8,16,4096,64; do
+		for sm in "" --softmax; do
+			PARALLAX_VULKAN_PIPELINE_STATS=1 ./bin/parallax bench attention --device "$dev" --dtype bf16 --shape $s $sm --iters ${PITERS:-3} >"$OUT/fwd.txt" 2>&1
+			echo "$s $sm $(tail -1 "$OUT/fwd.txt" | sed 's/.*(NVIDIA H200)://')"
+		done
+	done
+	grep -E 'pipeline attn_fwd' "$OUT/fwd.txt" | cut -c1-200 | head -3
+fi
+if [[ $steps == *splits* ]]; then
+	echo "== decode split counts (PARALLAX_VULKAN_DECODE_SPLITS)"
+	for s in 1,32,8,16384,128 8,32,8,16384,128 64,32,8,4096,128 32,32,8,16384,128; do
+		for S in 0 ${SPLITS:-2 4 8 16 32 64 128}; do
+			PARALLAX_VULKAN_DECODE_SPLITS=$S ./bin/parallax bench decode --device "$dev" --dtype bf16 --shape $s --iters ${ITERS:-10} 2>&1 | tail -1 | sed "s/.*(NVIDIA H200):/$s S=$S /" | cut -c1-90
+		done
+	done 2>&1 | tee "$OUT/splits.txt"
+fi
 if [[ $steps == *prefill* ]]; then
 	echo "== prefill (bf16, causal)"
 	for s in 8,16,4096,128 1,16,16384,128 8,16,4096,64; do

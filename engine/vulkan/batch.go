@@ -415,7 +415,7 @@ const (
 	statusTargetRange = 2 // cross entropy: targets[a] = b outside [0, c)
 	statusLensRange   = 3 // decode: lens[a] = b outside [Lq, Cap = c]
 	statusLLASingular = 4 // lla: row a has a singular system
-	statusF16Range    = 5 // decode on tensor cores: (b = a, kv head b, split c) left f16's range
+	statusF16Range    = 5 // tensor-core attention left f16's range: sequence a, KV head b, split or row block c; op 0 decode, 1 forward
 )
 
 // checkStatus turns a flag raised by a shader into the device's pending
@@ -446,7 +446,13 @@ func (d *Device) checkStatus() {
 	case statusLLASingular:
 		err = fmt.Errorf("lla: row %d (flattened b, head, position): the system is singular or the output is not finite (omega - mu.rho* <= 1e-9 omega); use lambda > 0", a)
 	case statusF16Range:
-		err = fmt.Errorf("decode attention: sequence %d, KV head %d: a result is not finite on the tensor-core path, whose f16 operands hold only values below 65504 in magnitude (K, V, the queries, the probes and p t); PARALLAX_VULKAN_DECODE=scalar uses the f32 kernel", a, bb)
+		what := fmt.Sprintf("decode attention: sequence %d, KV head %d", a, bb)
+		env := "PARALLAX_VULKAN_DECODE=scalar"
+		if op == 1 {
+			what = fmt.Sprintf("attention: sequence %d, KV head %d, rows %d..%d of its group", a, bb, 32*c, 32*c+31)
+			env = "PARALLAX_VULKAN_ATTN=scalar"
+		}
+		err = fmt.Errorf("%s: a result is not finite on the tensor-core path, whose f16 operands hold only values below 65504 in magnitude (K, V, the queries, the probes and p t); %s uses the f32 kernel", what, env)
 	default:
 		err = fmt.Errorf("a shader raised error code %d (%d, %d, %d)", code, a, bb, c)
 	}

@@ -117,6 +117,9 @@ func (d *Device) attnForward(c fwdCall) error {
 	if dm.B*dm.Hkv == 0 || rows == 0 {
 		return nil
 	}
+	if d.useFwdCoop(c) {
+		return d.attnForwardCoop(c)
+	}
 	tl, err := d.planAttn(kFwd, dm.D, rows, c.mode == modeSoftmax, c.hasR)
 	if err != nil {
 		return err
@@ -149,6 +152,39 @@ func (d *Device) attnForward(c fwdCall) error {
 		return nil
 	}
 	return d.combineSplits(dm, pc, part, c.o, lens, c.hasR)
+}
+
+// useFwdCoop reports whether attn_fwd_coop (tensor cores, f16 operands)
+// serves a forward: softmax or Parallax attention without a KV cache, Q, K,
+// V (and R) in bf16 or f16 with K and V of one dtype, D a multiple of 16 up
+// to 128, on a device with the NV cooperative-matrix kernels, 32-wide
+// subgroups and clustered subgroup operations. PARALLAX_VULKAN_ATTN=scalar
+// keeps attn_fwd.
+func (d *Device) useFwdCoop(c fwdCall) bool {
+	dm := c.dims
+	if c.lens != nil || c.mode != modeSoftmax || !d.coop || d.subgroup != 32 || os.Getenv("PARALLAX_VULKAN_ATTN") == "scalar" ||
+		dm.D%16 != 0 || dm.D > 128 || !d.hasSubgroupOps(subgroupBasic|subgroupVote|subgroupClustered) {
+		return false
+	}
+	h16 := func(a arg) bool { return a.dt == engine.BF16 || a.dt == engine.F16 }
+	if !h16(c.q) || !h16(c.k) || c.k.dt != c.v.dt || (c.hasR && !h16(c.r)) {
+		return false
+	}
+	sd := dm.D + 8
+	shared := 2*2*32*sd + 2*16*sd*2 + 4*2*2*256 + 2*2*2*256 + 4*4*2*16 + 2*4*32
+	return shared <= int(d.pd.lim.maxSharedMemory)
+}
+
+// attnForwardCoop runs attn_fwd_coop: one workgroup of two subgroups per
+// 32 rows of each (sequence, KV head).
+func (d *Device) attnForwardCoop(c fwdCall) error {
+	dm := c.dims
+	nblocks := (dm.G*dm.Lq + 31) / 32
+	flags := flag(c.lse.r != d.dummy) | flag(c.vb.r != d.dummy)<<1 | flag(c.tb.r != d.dummy)<<2
+	pc := push(uint32(dm.B), uint32(dm.Hq), uint32(dm.Hkv), uint32(dm.G), uint32(dm.Lq), uint32(dm.Lk),
+		dm.Causal, uint32(dm.Window), dm.Scale, uint32(1), uint32(nblocks), flags)
+	sp := spec{1: uint32(dm.D), 5: flag(c.hasR)}
+	return d.launch("attn_fwd_coop", 64, sp, pc, d.groups1(dm.B*dm.Hkv*nblocks), c.q, c.k, c.v, c.r, c.o, c.lse, c.vb, c.tb, d.statusArg())
 }
 
 // capSplits is the split count S (at least 1), bounded so that the
@@ -354,7 +390,10 @@ func (d *Device) planDecodeCoop(dm engine.AttnDims, dt engine.DType, rows int, f
 	if os.Getenv("PARALLAX_VULKAN_DECODE_VARIANT") == "sh16" {
 		kernel += ".sh16"
 	}
-	return decodeLaunch{kernel: kernel, wg: 32, sp: spec{1: uint32(dm.D), 3: uint32(bc)}, bc: bc, target: 2048}, true
+	// About 512 workgroups (four per multiprocessor on the H200) measured
+	// best: every further split costs a prologue, partial states and
+	// combine work (docs/PERFORMANCE.md).
+	return decodeLaunch{kernel: kernel, wg: 32, sp: spec{1: uint32(dm.D), 3: uint32(bc)}, bc: bc, target: 512}, true
 }
 
 // decodeFast runs a decode kernel: Splits chunks of each (sequence, KV

@@ -56,6 +56,8 @@ var Variants = func() []Variant {
 			Variant{Name: k, Source: k, Target: "vulkan1.1"},
 			Variant{Name: k + ".sh16", Source: k, Defines: []string{"PX_SH16"}, Target: "vulkan1.1"})
 	}
+	// Prefill / training attention forward on tensor cores.
+	vs = append(vs, Variant{Name: "attn_fwd_coop", Source: "attn_fwd_coop", Target: "vulkan1.1"})
 	// parallax-view's frame: into the swapchain image in its own format
 	// (shaderStorageImageWriteWithoutFormat) or into an RGBA8 image.
 	vs = append(vs,

@@ -1,0 +1,148 @@
+package vulkan
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/parallax-engine/parallax/engine"
+	"github.com/parallax-engine/parallax/engine/cpu"
+)
+
+// TestAttentionForwardKernel checks the attention forward (attn_fwd_coop
+// where the device has tensor cores, else attn_fwd) against the CPU
+// backend on prefill shapes that span many 32-row blocks and 16-key
+// tiles: GQA, rows that do not fill a block (and blocks that straddle two
+// heads), causal with and without a window, non-causal, more keys than
+// queries, D = 64 and 128, softmax and Parallax, with every saved
+// statistic. On a device with cooperative matrices the 16-bit cases must
+// take the tensor-core kernel.
+func TestAttentionForwardKernel(t *testing.T) {
+	d := testDevice(t)
+	c := cpu.New()
+	cases := []struct {
+		dt                   engine.DType
+		B, Hkv, G, Lq, Lk, D int
+		causal               bool
+		window               int
+		softmax              bool
+		scale                float64 // inputs' standard deviation
+	}{
+		{engine.BF16, 2, 2, 2, 200, 200, 128, true, 0, false, 1},
+		{engine.BF16, 1, 1, 4, 77, 77, 64, true, 0, false, 1},
+		{engine.F16, 1, 2, 1, 130, 300, 64, true, 50, false, 1},
+		{engine.F16, 2, 1, 2, 64, 96, 128, false, 0, false, 1},
+		{engine.BF16, 1, 2, 2, 300, 300, 128, true, 0, true, 1},
+		{engine.BF16, 1, 1, 1, 512, 512, 128, true, 0, false, 3}, // large scores: the max moves often
+		{engine.F32, 1, 1, 2, 100, 100, 64, true, 0, false, 1},
+	}
+	rng := rand.New(rand.NewPCG(3, 5))
+	for _, tc := range cases {
+		name := fmt.Sprintf("%v B%d Hkv%d G%d Lq%d Lk%d D%d causal=%v w%d softmax=%v x%g", tc.dt, tc.B, tc.Hkv, tc.G, tc.Lq, tc.Lk, tc.D, tc.causal, tc.window, tc.softmax, tc.scale)
+		t.Run(name, func(t *testing.T) {
+			Hq := tc.Hkv * tc.G
+			randn := func(n int, s float64) []float32 {
+				v := make([]float32, n)
+				for i := range v {
+					v[i] = float32(rng.NormFloat64() * s)
+				}
+				return v
+			}
+			nq, nk := tc.B*Hq*tc.Lq*tc.D, tc.B*tc.Hkv*tc.Lk*tc.D
+			qv, kv, vv := randn(nq, tc.scale), randn(nk, tc.scale), randn(nk, 1)
+			rv := randn(nq, 1/math.Sqrt(float64(tc.D)))
+			type outs struct{ o, lse, vbar, tbar []float32 }
+			run := func(dev engine.Device) outs {
+				var frees []*engine.Tensor
+				defer func() {
+					for _, x := range frees {
+						dev.Free(x)
+					}
+				}()
+				mk := func(dt engine.DType, v []float32, shape ...int) *engine.Tensor {
+					x, err := engine.FromFloat32(dev, dt, v, shape...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					frees = append(frees, x)
+					return x
+				}
+				a := engine.AttentionArgs{
+					Q: mk(tc.dt, qv, tc.B, Hq, tc.Lq, tc.D), K: mk(tc.dt, kv, tc.B, tc.Hkv, tc.Lk, tc.D),
+					V: mk(tc.dt, vv, tc.B, tc.Hkv, tc.Lk, tc.D), O: mk(tc.dt, make([]float32, nq), tc.B, Hq, tc.Lq, tc.D),
+					LSE:           mk(engine.F32, make([]float32, nq/tc.D), tc.B, Hq, tc.Lq),
+					AttentionOpts: engine.AttentionOpts{Causal: tc.causal, Window: tc.window},
+				}
+				if !tc.softmax {
+					a.R = mk(tc.dt, rv, tc.B, Hq, tc.Lq, tc.D)
+					a.Vbar = mk(tc.dt, make([]float32, nq), tc.B, Hq, tc.Lq, tc.D)
+					a.Tbar = mk(engine.F32, make([]float32, nq/tc.D), tc.B, Hq, tc.Lq)
+				}
+				if dd, ok := dev.(*Device); ok {
+					dims, err := engine.CheckAttention(a)
+					if err != nil {
+						t.Fatal(err)
+					}
+					coop := dd.useFwdCoop(fwdCall{dims: dims, q: in(a.Q), k: in(a.K), v: in(a.V), r: dd.opt(a.R, false),
+						mode: modeSoftmax, hasR: a.R != nil})
+					forced := os.Getenv("PARALLAX_VULKAN_ATTN") == "scalar"
+					if want := dd.coop && dd.hasSubgroupOps(subgroupBasic|subgroupVote|subgroupClustered) && tc.dt != engine.F32 && !forced; coop != want {
+						t.Fatalf("tensor-core forward on %s: %v, want %v", dd.pd.name, coop, want)
+					}
+					t.Logf("tensor cores: %v", coop)
+				}
+				if err := dev.(engine.Ops).Attention(a); err != nil {
+					t.Fatal(err)
+				}
+				get := func(x *engine.Tensor) []float32 {
+					if x == nil {
+						return nil
+					}
+					v, err := engine.Float32s(x)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return v
+				}
+				return outs{get(a.O), get(a.LSE), get(a.Vbar), get(a.Tbar)}
+			}
+			want, got := run(c), run(d)
+			tol := 1e-5
+			switch tc.dt {
+			case engine.BF16:
+				tol = 1.6e-2
+			case engine.F16:
+				tol = 4e-3
+			}
+			check := func(what string, w, g []float32, tol float64) {
+				var worst, scale float64
+				for i := range w {
+					if math.IsNaN(float64(g[i])) {
+						t.Fatalf("%s[%d] is NaN", what, i)
+					}
+					if math.IsInf(float64(w[i]), 0) || math.IsInf(float64(g[i]), 0) {
+						if w[i] != g[i] {
+							t.Fatalf("%s[%d] = %v, want %v", what, i, g[i], w[i])
+						}
+						continue
+					}
+					worst = max(worst, math.Abs(float64(g[i]-w[i])))
+					scale = max(scale, math.Abs(float64(w[i])))
+				}
+				if rel := worst / max(scale, 1e-30); rel > tol || scale == 0 {
+					t.Errorf("%s: max |vulkan - cpu| / max |cpu| = %.3g (tolerance %.3g, scale %.3g)", what, rel, tol, scale)
+				} else {
+					t.Logf("%s: relative error %.3g", what, rel)
+				}
+			}
+			check("o", want.o, got.o, tol)
+			check("lse", want.lse, got.lse, max(tol/4, 1e-6)) // f32 from f32 sums
+			if !tc.softmax {
+				check("vbar", want.vbar, got.vbar, tol)
+				check("tbar", want.tbar, got.tbar, tol)
+			}
+		})
+	}
+}

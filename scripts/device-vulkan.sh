@@ -89,21 +89,23 @@ if [[ $steps == *kernels* ]]; then
 		grep -E 'pipeline attn_decode' "$OUT/decode-$k.txt" | sed 's/,: /: /' | cut -c1-220 | head -3
 	done 2>&1 | tee "$OUT/kernels.txt"
 fi
-if [[ $steps == *fwd* ]]; then
-	echo "== attention forward kernels"
+if [[ $steps == *attn* ]]; then
+	echo "== attention forward and backward kernels (prefill)"
 	for k in coop scalar; do
 		env="PARALLAX_VULKAN_ATTN=$k"
-		env $env timeout 120 ./bin/vulkan.test -test.v -test.run 'TestAttentionForwardKernel' >"$OUT/fwd-test-$k.log" 2>&1
-		echo "$k: tests exit $? pass $(grep -c -- '--- PASS' "$OUT/fwd-test-$k.log") fail $(grep -c -- '--- FAIL' "$OUT/fwd-test-$k.log")"
-		grep -E -- '--- FAIL|error' "$OUT/fwd-test-$k.log" | head -20
+		env $env timeout 200 ./bin/vulkan.test -test.v -test.run 'TestAttention(Forward|Backward)Kernel' >"$OUT/attn-test-$k.log" 2>&1
+		echo "$k: tests exit $? pass $(grep -c -- '--- PASS' "$OUT/attn-test-$k.log") fail $(grep -c -- '--- FAIL' "$OUT/attn-test-$k.log")"
+		grep -E -- '--- FAIL|error [0-9.e-]+ \(tol|vulkan - cpu' "$OUT/attn-test-$k.log" | head -20
 	done
-	for s in 8,16,4096,128 1,16,16384,128 8,16,4096,64; do
-		for sm in "" --softmax; do
-			PARALLAX_VULKAN_PIPELINE_STATS=1 ./bin/parallax bench attention --device "$dev" --dtype bf16 --shape $s $sm --iters ${PITERS:-3} >"$OUT/fwd.txt" 2>&1
-			echo "$s $sm $(tail -1 "$OUT/fwd.txt" | sed 's/.*(NVIDIA H200)://')"
+	for s in ${ASHAPES:-8,16,4096,128 1,16,16384,128 8,16,4096,64}; do
+		for bw in "" --backward; do
+			for sm in "" --softmax; do
+				PARALLAX_VULKAN_PIPELINE_STATS=1 ./bin/parallax bench attention --device "$dev" --dtype bf16 --shape $s $bw $sm --iters ${PITERS:-3} >"$OUT/attn.txt" 2>&1
+				echo "$s $bw $sm $(tail -1 "$OUT/attn.txt" | sed 's/.*(NVIDIA H200)://')"
+			done
 		done
 	done
-	grep -E 'pipeline attn_fwd' "$OUT/fwd.txt" | cut -c1-200 | head -3
+	grep -E 'pipeline attn_(fwd|bwd)' "$OUT/attn.txt" | cut -c1-200 | head -4
 fi
 if [[ $steps == *splits* ]]; then
 	echo "== decode split counts (PARALLAX_VULKAN_DECODE_SPLITS)"

@@ -26,6 +26,7 @@
 #extension GL_KHR_shader_subgroup_clustered : require
 #include "common.glsl"
 #include "attn.glsl"
+#include "coop.glsl"
 #include "decode_coop.glsl"
 
 shared float16_t sA[16u * SD]; // [row][x]: queries, then probes
@@ -33,9 +34,6 @@ shared float sS[16u * 16u];    // scores [row][key]; at the end m, d1, d2
 shared float16_t sP[16u * 16u]; // [P1; P2] [row][key]
 shared float sO[16u * D];      // accumulators for rescaling and the output
 shared float sAl[8];           // per-row rescale factors
-
-#define FRAG16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
-#define FRAG32 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 
 // The accumulators [O1; O2], one 16 x 16 fragment per 16 columns.
 #define PX_ODECL(n) FRAG32 o##n = FRAG32(0.0);

@@ -24,6 +24,7 @@
 #extension GL_KHR_shader_subgroup_clustered : require
 #include "common.glsl"
 #include "attn.glsl"
+#include "coop.glsl"
 #include "decode_coop.glsl"
 
 const uint KPL = BC / 8u; // keys per invocation in the softmax: 2 or 4

@@ -34,6 +34,7 @@
 #extension GL_KHR_shader_subgroup_clustered : require
 #include "common.glsl"
 #include "attn.glsl"
+#include "coop.glsl"
 
 layout(constant_id = 1) const uint D = 128;
 layout(constant_id = 5) const uint HAS_R = 0;
@@ -69,18 +70,7 @@ shared float sAl[NSG * 16u];
 shared float sM[NSG * 16u], sD1[NSG * 16u], sD2[NSG * 16u];
 shared uint sLo[BR], sHi[BR];
 
-#define FRAG16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
-#define FRAG32 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
-
-uvec4 toHalf(uvec4 w) {
-	if (K_dt != DT_BF16) {
-		return w;
-	}
-	return uvec4(packHalf2x16(vec2(uintBitsToFloat(w.x << 16), uintBitsToFloat(w.x & 0xffff0000u))),
-	             packHalf2x16(vec2(uintBitsToFloat(w.y << 16), uintBitsToFloat(w.y & 0xffff0000u))),
-	             packHalf2x16(vec2(uintBitsToFloat(w.z << 16), uintBitsToFloat(w.z & 0xffff0000u))),
-	             packHalf2x16(vec2(uintBitsToFloat(w.w << 16), uintBitsToFloat(w.w & 0xffff0000u))));
-}
+uvec4 toHalf(uvec4 w) { return px_half8(w, K_dt == DT_BF16); }
 
 #define PX_DECL(l) uvec4 k##l = uvec4(0u), v##l = uvec4(0u);
 #define PX_LOAD(l)                                     \

@@ -56,16 +56,7 @@ shared uvec4 sV[BC * SD8];
 #define PX_KSTRIDE SD8
 #endif
 
-// A 16-byte piece of K or V as eight f16 values.
-uvec4 toHalf(uvec4 w) {
-	if (K_dt != DT_BF16) {
-		return w;
-	}
-	return uvec4(packHalf2x16(vec2(uintBitsToFloat(w.x << 16), uintBitsToFloat(w.x & 0xffff0000u))),
-	             packHalf2x16(vec2(uintBitsToFloat(w.y << 16), uintBitsToFloat(w.y & 0xffff0000u))),
-	             packHalf2x16(vec2(uintBitsToFloat(w.z << 16), uintBitsToFloat(w.z & 0xffff0000u))),
-	             packHalf2x16(vec2(uintBitsToFloat(w.w << 16), uintBitsToFloat(w.w & 0xffff0000u))));
-}
+uvec4 toHalf(uvec4 w) { return px_half8(w, K_dt == DT_BF16); }
 
 #ifdef PX_SH16
 void stPiece(uint kj, uint c, uvec4 kw, uvec4 vw) {

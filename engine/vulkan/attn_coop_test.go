@@ -146,3 +146,193 @@ func TestAttentionForwardKernel(t *testing.T) {
 		})
 	}
 }
+
+// TestAttentionBackwardKernel checks the attention backward (the
+// tensor-core kernels where the device has them, else the scalar ones)
+// against the CPU backend: each backend runs the forward and then the
+// backward on the same inputs and upstream gradient, and dq, dk, dv (and
+// dr) are compared, on the forward test's kinds of shapes.
+func TestAttentionBackwardKernel(t *testing.T) {
+	d := testDevice(t)
+	c := cpu.New()
+	cases := []struct {
+		dt                   engine.DType
+		B, Hkv, G, Lq, Lk, D int
+		causal               bool
+		window               int
+		softmax              bool
+	}{
+		{engine.BF16, 1, 2, 2, 200, 200, 128, true, 0, false},
+		{engine.F16, 1, 1, 4, 77, 77, 64, true, 0, false},
+		{engine.F16, 1, 2, 1, 130, 300, 64, true, 50, false},
+		{engine.BF16, 2, 1, 2, 64, 96, 128, false, 0, false},
+		{engine.BF16, 1, 2, 2, 150, 150, 64, true, 0, true},
+		{engine.F32, 1, 1, 2, 70, 70, 64, true, 0, false},
+	}
+	rng := rand.New(rand.NewPCG(9, 1))
+	for _, tc := range cases {
+		name := fmt.Sprintf("%v B%d Hkv%d G%d Lq%d Lk%d D%d causal=%v w%d softmax=%v", tc.dt, tc.B, tc.Hkv, tc.G, tc.Lq, tc.Lk, tc.D, tc.causal, tc.window, tc.softmax)
+		t.Run(name, func(t *testing.T) {
+			Hq := tc.Hkv * tc.G
+			randn := func(n int, s float64) []float32 {
+				v := make([]float32, n)
+				for i := range v {
+					v[i] = float32(rng.NormFloat64() * s)
+				}
+				return v
+			}
+			nq, nk := tc.B*Hq*tc.Lq*tc.D, tc.B*tc.Hkv*tc.Lk*tc.D
+			qv, kv, vv, gv := randn(nq, 1), randn(nk, 1), randn(nk, 1), randn(nq, 1)
+			rv := randn(nq, 1/math.Sqrt(float64(tc.D)))
+			run := func(dev engine.Device) map[string][]float32 {
+				var frees []*engine.Tensor
+				defer func() {
+					for _, x := range frees {
+						dev.Free(x)
+					}
+				}()
+				mk := func(dt engine.DType, v []float32, shape ...int) *engine.Tensor {
+					x, err := engine.FromFloat32(dev, dt, v, shape...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					frees = append(frees, x)
+					return x
+				}
+				qs, ks, rs := []int{tc.B, Hq, tc.Lq, tc.D}, []int{tc.B, tc.Hkv, tc.Lk, tc.D}, []int{tc.B, Hq, tc.Lq}
+				opts := engine.AttentionOpts{Causal: tc.causal, Window: tc.window}
+				f := engine.AttentionArgs{
+					Q: mk(tc.dt, qv, qs...), K: mk(tc.dt, kv, ks...), V: mk(tc.dt, vv, ks...),
+					O: mk(tc.dt, make([]float32, nq), qs...), LSE: mk(engine.F32, make([]float32, nq/tc.D), rs...),
+					AttentionOpts: opts,
+				}
+				if !tc.softmax {
+					f.R = mk(tc.dt, rv, qs...)
+					f.Vbar = mk(tc.dt, make([]float32, nq), qs...)
+					f.Tbar = mk(engine.F32, make([]float32, nq/tc.D), rs...)
+				}
+				ops := dev.(engine.Ops)
+				if err := ops.Attention(f); err != nil {
+					t.Fatal(err)
+				}
+				bw := engine.AttentionBackwardArgs{
+					Q: f.Q, K: f.K, V: f.V, R: f.R, O: f.O, DO: mk(tc.dt, gv, qs...), LSE: f.LSE, Vbar: f.Vbar, Tbar: f.Tbar,
+					DQ: mk(tc.dt, make([]float32, nq), qs...), DK: mk(tc.dt, make([]float32, nk), ks...),
+					DV: mk(tc.dt, make([]float32, nk), ks...), AttentionOpts: opts,
+				}
+				if !tc.softmax {
+					bw.DR = mk(tc.dt, make([]float32, nq), qs...)
+				}
+				if dd, ok := dev.(*Device); ok {
+					dims, err := engine.CheckAttentionBackward(bw)
+					if err != nil {
+						t.Fatal(err)
+					}
+					coop := dd.useBwdCoop(bwdCall{dims: dims, q: in(bw.Q), k: in(bw.K), v: in(bw.V), r: dd.opt(bw.R, false),
+						g: in(bw.DO), mode: modeSoftmax, hasR: bw.R != nil})
+					forced := os.Getenv("PARALLAX_VULKAN_ATTN") == "scalar"
+					if want := dd.coop && tc.dt != engine.F32 && !forced; coop != want {
+						t.Fatalf("tensor-core backward on %s: %v, want %v", dd.pd.name, coop, want)
+					}
+					t.Logf("tensor cores: %v", coop)
+				}
+				if err := ops.AttentionBackward(bw); err != nil {
+					t.Fatal(err)
+				}
+				out := map[string][]float32{}
+				for name, x := range map[string]*engine.Tensor{"dq": bw.DQ, "dk": bw.DK, "dv": bw.DV, "dr": bw.DR} {
+					if x == nil {
+						continue
+					}
+					v, err := engine.Float32s(x)
+					if err != nil {
+						t.Fatal(err)
+					}
+					out[name] = v
+				}
+				return out
+			}
+			want, got := run(c), run(d)
+			tol := 1e-4
+			switch tc.dt {
+			case engine.BF16:
+				tol = 1.6e-2
+			case engine.F16:
+				tol = 4e-3
+			}
+			for _, name := range []string{"dq", "dk", "dv", "dr"} {
+				w, g := want[name], got[name]
+				if w == nil {
+					continue
+				}
+				var worst, scale float64
+				for i := range w {
+					if math.IsNaN(float64(g[i])) || math.IsInf(float64(g[i]), 0) {
+						t.Fatalf("%s[%d] = %v", name, i, g[i])
+					}
+					worst = max(worst, math.Abs(float64(g[i]-w[i])))
+					scale = max(scale, math.Abs(float64(w[i])))
+				}
+				if rel := worst / max(scale, 1e-30); rel > tol || scale == 0 {
+					t.Errorf("%s: max |vulkan - cpu| / max |cpu| = %.3g (tolerance %.3g, scale %.3g)", name, rel, tol, scale)
+				} else {
+					t.Logf("%s: relative error %.3g", name, rel)
+				}
+			}
+		})
+	}
+}
+
+// TestAttentionBackwardProfile times the tensor-core backward's two
+// kernels separately at PARALLAX_VULKAN_PROFILE_SHAPE (B,H,L,D, causal,
+// bf16, Parallax); it runs only when that variable is set, on a device
+// with the kernels. A diagnosis aid, not a check.
+func TestAttentionBackwardProfile(t *testing.T) {
+	shape := os.Getenv("PARALLAX_VULKAN_PROFILE_SHAPE")
+	if shape == "" {
+		t.Skip("PARALLAX_VULKAN_PROFILE_SHAPE is not set")
+	}
+	d := testDevice(t)
+	var B, H, L, D int
+	if _, err := fmt.Sscanf(shape, "%d,%d,%d,%d", &B, &H, &L, &D); err != nil {
+		t.Fatalf("PARALLAX_VULKAN_PROFILE_SHAPE=%q: %v", shape, err)
+	}
+	mk := func(dt engine.DType, shape ...int) *engine.Tensor {
+		n := 1
+		for _, s := range shape {
+			n *= s
+		}
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(i%13-6) / 13
+		}
+		x, err := engine.FromFloat32(d, dt, v, shape...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Free(x) })
+		return x
+	}
+	qs, rs := []int{B, H, L, D}, []int{B, H, L}
+	c := bwdCall{q: in(mk(engine.BF16, qs...)), k: in(mk(engine.BF16, qs...)), v: in(mk(engine.BF16, qs...)),
+		r: in(mk(engine.BF16, qs...)), g: in(mk(engine.BF16, qs...)), lse: in(mk(engine.F32, rs...)), tb: in(mk(engine.F32, rs...)),
+		dq: out(mk(engine.BF16, qs...)), dk: out(mk(engine.BF16, qs...)), dv: out(mk(engine.BF16, qs...)), dr: out(mk(engine.BF16, qs...)),
+		mode: modeSoftmax, hasR: true,
+		dims: engine.AttnDims{B: B, Hq: H, Hkv: H, G: 1, Lq: L, Lk: L, D: D, Scale: float32(1 / math.Sqrt(float64(D))), Causal: true}}
+	if !d.useBwdCoop(c) {
+		t.Skipf("%s has no tensor-core backward", d.pd.name)
+	}
+	stats := in(mk(engine.F32, 2*B*H*L))
+	for _, k := range []struct {
+		name string
+		fn   func(bwdCall, arg) error
+	}{{"cols (dk, dv)", d.bwdColsCoop}, {"rows (dq, dr)", d.bwdRowsCoop}, {"cols (dk, dv)", d.bwdColsCoop}} {
+		for range 2 {
+			el, err := d.Timed(func() error { return k.fn(c, stats) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %v", k.name, el)
+		}
+	}
+}

@@ -187,6 +187,64 @@ func (d *Device) attnForwardCoop(c fwdCall) error {
 	return d.launch("attn_fwd_coop", 64, sp, pc, d.groups1(dm.B*dm.Hkv*nblocks), c.q, c.k, c.v, c.r, c.o, c.lse, c.vb, c.tb, d.statusArg())
 }
 
+// useBwdCoop reports whether attn_bwd_rows_coop and attn_bwd_cols_coop
+// (tensor cores, f16 operands) serve a backward: softmax or Parallax
+// attention with 16-bit Q, K, V, dO (and R), K and V of one dtype, D a
+// multiple of 16 up to 128, on a device with the NV cooperative-matrix
+// kernels and 32-wide subgroups. PARALLAX_VULKAN_ATTN=scalar keeps the
+// scalar kernels.
+func (d *Device) useBwdCoop(c bwdCall) bool {
+	dm := c.dims
+	if c.mode != modeSoftmax || !d.coop || d.subgroup != 32 || os.Getenv("PARALLAX_VULKAN_ATTN") == "scalar" ||
+		dm.D%16 != 0 || dm.D > 128 || !d.hasSubgroupOps(subgroupBasic) {
+		return false
+	}
+	h16 := func(a arg) bool { return a.dt == engine.BF16 || a.dt == engine.F16 }
+	if !h16(c.q) || !h16(c.k) || !h16(c.g) || c.k.dt != c.v.dt || (c.hasR && !h16(c.r)) {
+		return false
+	}
+	sd := dm.D + 8
+	rowsShared := 2*3*32*sd + 2*2*16*sd + 4*2*768 + 2*2*512 + 6*4*32
+	colsShared := 2*2*32*sd + 2*3*16*sd + 4*2*768 + 2*2*768 + 6*4*16
+	return max(rowsShared, colsShared) <= int(d.pd.lim.maxSharedMemory)
+}
+
+// attnBackwardCoop runs the tensor-core backward after the pre-pass: dq
+// and dr per 32 rows, dk and dv per 32 keys of each (sequence, KV head).
+func (d *Device) attnBackwardCoop(c bwdCall, stats arg) error {
+	if err := d.bwdRowsCoop(c, stats); err != nil {
+		return err
+	}
+	return d.bwdColsCoop(c, stats)
+}
+
+// bwdRowsCoop launches attn_bwd_rows_coop (dq, dr).
+func (d *Device) bwdRowsCoop(c bwdCall, stats arg) error {
+	dm := c.dims
+	rows := dm.G * dm.Lq
+	if rows == 0 {
+		return nil
+	}
+	nb := (rows + 31) / 32
+	pc := push(uint32(dm.B), uint32(dm.Hq), uint32(dm.Hkv), uint32(dm.G), uint32(dm.Lq), uint32(dm.Lk),
+		dm.Causal, uint32(dm.Window), dm.Scale, uint32(1), uint32(nb), uint32(0))
+	return d.launch("attn_bwd_rows_coop", 64, spec{1: uint32(dm.D), 5: flag(c.hasR)}, pc, d.groups1(dm.B*dm.Hkv*nb),
+		c.q, c.k, c.v, c.r, c.g, c.lse, c.tb, stats, c.dq, c.dr)
+}
+
+// bwdColsCoop launches attn_bwd_cols_coop (dk, dv).
+func (d *Device) bwdColsCoop(c bwdCall, stats arg) error {
+	dm := c.dims
+	if dm.Lk == 0 {
+		return nil
+	}
+	nb := (dm.Lk + 31) / 32
+	pc := push(uint32(dm.B), uint32(dm.Hq), uint32(dm.Hkv), uint32(dm.G), uint32(dm.Lq), uint32(dm.Lk),
+		dm.Causal, uint32(dm.Window), dm.Scale, uint32(1), uint32(nb), uint32(0))
+	return d.launch("attn_bwd_cols_coop", 64, spec{1: uint32(dm.D), 5: flag(c.hasR)}, pc, d.groups1(dm.B*dm.Hkv*nb),
+		c.q, c.k, c.v, c.r, c.g, c.lse, c.tb, stats, c.dk, c.dv)
+}
+
 // capSplits is the split count S (at least 1), bounded so that the
 // split-KV partial states fit one binding.
 func (d *Device) capSplits(dm engine.AttnDims, S int) int {
@@ -484,6 +542,9 @@ func (d *Device) attnBackward(c bwdCall) error {
 			return err
 		}
 		stats.write = false
+	}
+	if d.useBwdCoop(c) {
+		return d.attnBackwardCoop(c, stats)
 	}
 	if rows > 0 && (softmax || c.hasR) {
 		tl, err := d.planAttn(kRows, dm.D, rows, softmax, c.hasR)

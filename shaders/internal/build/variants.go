@@ -58,6 +58,11 @@ var Variants = func() []Variant {
 	}
 	// Prefill / training attention forward on tensor cores.
 	vs = append(vs, Variant{Name: "attn_fwd_coop", Source: "attn_fwd_coop", Target: "vulkan1.1"})
+	// ... and its backward: the column-parallel (dk, dv) and row-parallel
+	// (dq, dr) kernels.
+	vs = append(vs,
+		Variant{Name: "attn_bwd_cols_coop", Source: "attn_bwd_cols_coop", Target: "vulkan1.1"},
+		Variant{Name: "attn_bwd_rows_coop", Source: "attn_bwd_rows_coop", Target: "vulkan1.1"})
 	// parallax-view's frame: into the swapchain image in its own format
 	// (shaderStorageImageWriteWithoutFormat) or into an RGBA8 image.
 	vs = append(vs,

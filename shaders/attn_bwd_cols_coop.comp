@@ -62,6 +62,7 @@ shared float sS[NSG * 3u * 256u];   // per subgroup: S^T, T^T, A^T [key][row]; o
 shared float16_t sP[NSG * 3u * 256u]; // per subgroup: (scale dS)^T, W^T, dT^T
 shared float sLse[BR], sT[BR], sBv[BR], sTb[BR];
 shared uint sLo[BR], sHi[BR];
+shared uint sFirst[64], sLast[64]; // per head of the group (G <= 64): its row blocks that see the keys
 
 #define PX_FRAGS(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
 #define PX_ALLQ(M) M(0u) M(1u) M(2u) M(3u) M(4u) M(5u) M(6u) M(7u) M(8u) M(9u) M(10u) M(11u)
@@ -137,22 +138,73 @@ shared uint sLo[BR], sHi[BR];
 		subgroupBarrier();                                            \
 	}
 
-// nextBlock is the first row block from rb on with a row that sees a key
-// of [j0, j1), or nrb.
-uint nextBlock(uint rb, uint nrb, uint rows, uint nk, bool causal, uint j0, uint j1) {
-	for (; rb < nrb; rb++) {
-		for (uint r = 0u; r < BR; r++) {
-			uint rr = rb * BR + r, lo, hi;
-			if (rr >= rows) {
-				break;
-			}
-			visible(rr % pc.Lq, nk, causal, lo, hi);
-			if (max(lo, j0) < min(hi, j1)) {
-				return rb;
-			}
+// rowStats loads row rr's visible keys, lse, T, Bv and tbar (zeros past
+// the rows; only the first BR invocations load).
+void rowStats(uint rr, uint rows, uint nk, uint nrows, bool causal, uint b, uint hk,
+              out uint lo, out uint hi, out float lse, out float tv, out float bv, out float tb) {
+	lo = 0u;
+	hi = 0u;
+	lse = 0.0;
+	tv = 0.0;
+	bv = 0.0;
+	tb = 0.0;
+	if (gl_LocalInvocationID.x < BR && rr < rows) {
+		visible(rr % pc.Lq, nk, causal, lo, hi);
+		uint row = qrow(b, hk, rr);
+		lse = LSE[row];
+		tv = stats[row];
+		if (HAS_R != 0u) {
+			bv = stats[nrows + row];
+			tb = TB[row];
 		}
 	}
-	return nrb;
+}
+
+// headBlocks returns the row blocks [first, last) in which head h of the
+// group (rows h Lq .. h Lq + Lq - 1) sees a key of [j0, j1): a row's
+// visible keys [lo, hi) move monotonically with its position, so the
+// positions that see the keys are an interval found by bisection.
+void headBlocks(uint h, uint nk, bool causal, uint j0, uint j1, uint nrb, out uint first, out uint last) {
+	uint a = 0u, z = pc.Lq;
+	while (a < z) { // the first position with hi > j0
+		uint mid = (a + z) / 2u, lo, hi;
+		visible(mid, nk, causal, lo, hi);
+		if (hi > j0) {
+			z = mid;
+		} else {
+			a = mid + 1u;
+		}
+	}
+	uint pa = a;
+	a = pa;
+	z = pc.Lq;
+	while (a < z) { // the first position with lo >= j1
+		uint mid = (a + z) / 2u, lo, hi;
+		visible(mid, nk, causal, lo, hi);
+		if (lo >= j1) {
+			z = mid;
+		} else {
+			a = mid + 1u;
+		}
+	}
+	first = nrb;
+	last = 0u;
+	if (pa < a) {
+		first = (h * pc.Lq + pa) / BR;
+		last = (h * pc.Lq + a - 1u) / BR + 1u;
+	}
+}
+
+// nextBlock is the first row block from rb on in which a row sees a key of
+// this workgroup's, or nrb.
+uint nextBlock(uint rb, uint nrb) {
+	uint best = nrb;
+	for (uint h = 0u; h < pc.G; h++) {
+		if (rb < sLast[h]) {
+			best = min(best, max(rb, sFirst[h]));
+		}
+	}
+	return best;
 }
 
 void main() {
@@ -184,35 +236,32 @@ void main() {
 	uint kk = lane >> 1u, r0 = (lane & 1u) * 8u, key = k0 + kk;
 	PX_FRAGS(PX_ODECL)
 	uint nrb = (rows + BR - 1u) / BR;
-	uint nb = nextBlock(0u, nrb, rows, nk, causal, j0, j1);
+	for (uint h = t; h < pc.G; h += WG) {
+		headBlocks(h, nk, causal, j0, j1, nrb, sFirst[h], sLast[h]);
+	}
+	barrier();
+	uint nb = nextBlock(0u, nrb);
 	PX_ALLQ(PX_QDECL)
 	PX_ALLQ(PX_QLOAD)
+	// The next block's row statistics, loaded with its pieces.
+	uint plo = 0u, phi = 0u;
+	float plse = 0.0, ptv = 0.0, pbv = 0.0, ptb = 0.0;
+	rowStats(nb * BR + t, rows, nk, nrows, causal, b, hk, plo, phi, plse, ptv, pbv, ptb);
 	for (uint rb = nb; rb < nrb; rb = nb) {
 		barrier(); // the previous block's rows are no longer read
 		PX_ALLQ(PX_QSTORE)
 		if (t < BR) {
-			uint rr = rb * BR + t, lo = 0u, hi = 0u;
-			float lse = 0.0, tv = 0.0, bv = 0.0, tb = 0.0;
-			if (rr < rows) {
-				visible(rr % pc.Lq, nk, causal, lo, hi);
-				uint row = qrow(b, hk, rr);
-				lse = LSE[row];
-				tv = stats[row];
-				if (HAS_R != 0u) {
-					bv = stats[nrows + row];
-					tb = TB[row];
-				}
-			}
-			sLo[t] = lo;
-			sHi[t] = hi;
-			sLse[t] = lse;
-			sT[t] = tv;
-			sBv[t] = bv;
-			sTb[t] = tb;
+			sLo[t] = plo;
+			sHi[t] = phi;
+			sLse[t] = plse;
+			sT[t] = ptv;
+			sBv[t] = pbv;
+			sTb[t] = ptb;
 		}
 		barrier();
-		nb = nextBlock(rb + 1u, nrb, rows, nk, causal, j0, j1);
+		nb = nextBlock(rb + 1u, nrb);
 		PX_ALLQ(PX_QLOAD)
+		rowStats(nb * BR + t, rows, nk, nrows, causal, b, hk, plo, phi, plse, ptv, pbv, ptb);
 
 		FRAG32 s = FRAG32(0.0), tt = FRAG32(0.0), av = FRAG32(0.0);
 		PX_FRAGS(PX_SCORE)

@@ -190,13 +190,13 @@ func (d *Device) attnForwardCoop(c fwdCall) error {
 // useBwdCoop reports whether attn_bwd_rows_coop and attn_bwd_cols_coop
 // (tensor cores, f16 operands) serve a backward: softmax or Parallax
 // attention with 16-bit Q, K, V, dO (and R), K and V of one dtype, D a
-// multiple of 16 up to 128, on a device with the NV cooperative-matrix
+// multiple of 16 up to 128, GQA groups of at most 64 heads, on a device with the NV cooperative-matrix
 // kernels and 32-wide subgroups. PARALLAX_VULKAN_ATTN=scalar keeps the
 // scalar kernels.
 func (d *Device) useBwdCoop(c bwdCall) bool {
 	dm := c.dims
 	if c.mode != modeSoftmax || !d.coop || d.subgroup != 32 || os.Getenv("PARALLAX_VULKAN_ATTN") == "scalar" ||
-		dm.D%16 != 0 || dm.D > 128 || !d.hasSubgroupOps(subgroupBasic) {
+		dm.D%16 != 0 || dm.D > 128 || dm.G > 64 || !d.hasSubgroupOps(subgroupBasic) {
 		return false
 	}
 	h16 := func(a arg) bool { return a.dt == engine.BF16 || a.dt == engine.F16 }

@@ -7,6 +7,9 @@ folder), the Parallax authors' Triton kernels.
 
     python3 scripts/bench-peers.py [--only decode|prefill] [--json FILE]
 
+PEER_SHAPES="B,H,L,D ..." picks the prefill shapes; PEER_TRITON=0 skips the
+authors' Triton kernels (their autotuning takes minutes per shape).
+
 Times are medians of CUDA-event timings (decode flushes the L2 cache before
 every run). Prints one table per set; --json writes JSON lines.
 """
@@ -81,6 +84,8 @@ def bench_decode(out):
 def bench_prefill(out):
     shapes = [(8, 16, 2048, 128), (4, 16, 4096, 128), (2, 16, 8192, 128), (1, 16, 16384, 128),
               (16, 16, 1024, 64), (8, 16, 2048, 64), (8, 16, 4096, 64), (1, 16, 16384, 64)]
+    if os.environ.get("PEER_SHAPES"):  # "B,H,L,D B,H,L,D ..."
+        shapes = [tuple(int(x) for x in s.split(",")) for s in os.environ["PEER_SHAPES"].split()]
     print("prefill (bf16, causal, median of 10): softmax SDPA; TFLOP/s counts 2 (fwd) and 7 (fwd+bwd) causal products")
     print(f"{'backend':8} {'B':>3} {'H':>3} {'L':>6} {'D':>4} {'fwd ms':>9} {'TFLOP/s':>8} {'fwd+bwd ms':>11} {'TFLOP/s':>8}")
     for B, H, L, D in shapes:
@@ -148,7 +153,7 @@ def triton_decode(G, B, L, D, Hkv, nbytes, out):
 def triton_prefill(B, H, L, D, out):
     """The authors' Triton Parallax kernels, if peers/ holds them."""
     pt = peer_triton()
-    if pt is None:
+    if pt is None or os.environ.get("PEER_TRITON") == "0":
         return
     parallax_func = pt.parallax_func
     # Their parallax_func takes (B, H, L, D) like SDPA; always causal.

@@ -45,6 +45,8 @@ worst = {}
 for r in rows:
     fam = r.get("op", "?") + "/" + r.get("dtype", "?")
     e = r.get("max_rel_error") or 0
+    if isinstance(e, str):  # "+Inf", "NaN"
+        e = float("inf")
     if fam not in worst or e > worst[fam][0]:
         worst[fam] = (e, r.get("tolerance"))
 for k in sorted(worst):

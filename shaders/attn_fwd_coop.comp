@@ -58,7 +58,7 @@ const uint NF = D / 16u;      // <= 8
 const uint SD = D + 8u;
 const uint SD8 = SD / 8u;
 const uint NP = D / 8u;
-const uint LDN = BC * NP / WG; // WG = 64: D / 32 (<= 4)
+const uint LDN = (BC * NP + WG - 1u) / WG; // pieces per invocation per tile (<= 4)
 const uint QR = HAS_R != 0u ? 2u : 1u;
 
 shared float16_t sQ[QR * BR * SD]; // queries, then probes: [row][x]
@@ -78,14 +78,14 @@ uvec4 toHalf(uvec4 w) { return px_half8(w, K_dt == DT_BF16); }
 		uint e = t + WG * l, key = tileStart + e / NP; \
 		k##l = uvec4(0u);                              \
 		v##l = uvec4(0u);                              \
-		if (key < kmax) {                              \
+		if (e < BC * NP && key < kmax) {               \
 			uint p = (kvbase + key) * NP + e % NP;     \
 			k##l = K4[p];                              \
 			v##l = V4[p];                              \
 		}                                              \
 	}
 #define PX_STORE(l)                                  \
-	if (l < LDN) {                                   \
+	if (l < LDN && t + WG * l < BC * NP) {           \
 		uint e = t + WG * l;                         \
 		sK[(e / NP) * SD8 + e % NP] = toHalf(k##l); \
 		sV[(e / NP) * SD8 + e % NP] = toHalf(v##l); \

@@ -42,7 +42,7 @@ const uint NF = D / 16u;       // 16-column fragments of a row (<= 16)
 const uint SD = D + 8u;        // shared row stride in halves: rows 16 bytes apart mod 128
 const uint SD8 = SD / 8u;      // the same in 16-byte vectors
 const uint NP = D / 8u;        // 16-byte pieces of one key row
-const uint LDN = BC * NP / WG; // pieces per invocation per tile (<= 16)
+const uint LDN = BC * NP / WG; // pieces per invocation per tile (exact for D a multiple of 16; <= 16)
 
 #ifdef PX_SH16
 shared float16_t sK[BC * SD];  // [key][x]

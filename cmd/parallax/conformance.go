@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -29,18 +31,32 @@ const conformanceExamples = `
   parallax conformance --device vulkan:0 --json > report.json
 `
 
+// jsonFloat is a float64 that JSON can always carry: infinities and NaN
+// (a failed case's error) are written as the strings "+Inf", "-Inf" and
+// "NaN".
+type jsonFloat float64
+
+// MarshalJSON writes f as a number, or as a string when it is not finite.
+func (f jsonFloat) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		return json.Marshal(strconv.FormatFloat(v, 'g', -1, 64))
+	}
+	return json.Marshal(v)
+}
+
 // conformanceRow is one line of the report (and of --json).
 type conformanceRow struct {
-	Device  string  `json:"device"`
-	Op      string  `json:"op"`
-	Variant string  `json:"variant"`
-	DType   string  `json:"dtype"`
-	Output  string  `json:"output"`
-	Err     float64 `json:"max_rel_error"`
-	Tol     float64 `json:"tolerance"`
-	Pass    bool    `json:"pass"`
-	Error   string  `json:"error,omitempty"`
-	Millis  float64 `json:"ms"`
+	Device  string    `json:"device"`
+	Op      string    `json:"op"`
+	Variant string    `json:"variant"`
+	DType   string    `json:"dtype"`
+	Output  string    `json:"output"`
+	Err     jsonFloat `json:"max_rel_error"`
+	Tol     float64   `json:"tolerance"`
+	Pass    bool      `json:"pass"`
+	Error   string    `json:"error,omitempty"`
+	Millis  float64   `json:"ms"`
 }
 
 func runConformance(args []string, stdout, stderr io.Writer) error {
@@ -104,7 +120,7 @@ func runConformance(args []string, stdout, stderr io.Writer) error {
 			r := enginetest.Check(dev, c, s+uint64(i))
 			w := r.Worst()
 			row := conformanceRow{Device: dev.Info().ID(), Op: c.Op, Variant: c.Name, DType: c.DType.String(),
-				Output: w.Name, Err: w.Err, Tol: w.Tol, Pass: r.Pass(), Millis: float64(r.Elapsed.Microseconds()) / 1000}
+				Output: w.Name, Err: jsonFloat(w.Err), Tol: w.Tol, Pass: r.Pass(), Millis: float64(r.Elapsed.Microseconds()) / 1000}
 			if r.Err != nil {
 				row.Error = r.Err.Error()
 			}
@@ -133,7 +149,7 @@ func runConformance(args []string, stdout, stderr io.Writer) error {
 					res = "FAIL: " + r.Error
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.2e\t%.1e\t%s\n", r.Device, r.Op, r.Variant, r.DType, r.Output, r.Err, r.Tol, res)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.2e\t%.1e\t%s\n", r.Device, r.Op, r.Variant, r.DType, r.Output, float64(r.Err), r.Tol, res)
 		}
 		tw.Flush()
 		fmt.Fprintf(stdout, "%d of %d cases passed\n", total-failed, total)

@@ -36,6 +36,8 @@ func TestAttentionForwardKernel(t *testing.T) {
 		{engine.F16, 2, 1, 2, 64, 96, 128, false, 0, false, 1},
 		{engine.BF16, 1, 2, 2, 300, 300, 128, true, 0, true, 1},
 		{engine.BF16, 1, 1, 1, 512, 512, 128, true, 0, false, 3}, // large scores: the max moves often
+		{engine.BF16, 1, 1, 2, 40, 40, 16, true, 0, false, 1},    // fewer K/V pieces than invocations
+		{engine.F16, 1, 2, 1, 50, 60, 48, true, 0, false, 1},     // pieces not a multiple of the workgroup
 		{engine.F32, 1, 1, 2, 100, 100, 64, true, 0, false, 1},
 	}
 	rng := rand.New(rand.NewPCG(3, 5))
@@ -167,6 +169,8 @@ func TestAttentionBackwardKernel(t *testing.T) {
 		{engine.F16, 1, 2, 1, 130, 300, 64, true, 50, false},
 		{engine.BF16, 2, 1, 2, 64, 96, 128, false, 0, false},
 		{engine.BF16, 1, 2, 2, 150, 150, 64, true, 0, true},
+		{engine.BF16, 1, 1, 2, 40, 40, 16, true, 0, false},
+		{engine.F16, 1, 2, 1, 50, 60, 48, true, 0, false},
 		{engine.F32, 1, 1, 2, 70, 70, 64, true, 0, false},
 	}
 	rng := rand.New(rand.NewPCG(9, 1))

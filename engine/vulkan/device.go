@@ -157,6 +157,7 @@ func newDeviceFor(rt *vkRuntime, p *physDevice, present bool) (*Device, error) {
 		if why := d.checkCoop(); why != "" {
 			d.coop = false
 			d.info.Features["matmul path"] = "scalar (coopmat: " + why + ")"
+			d.info.Features["attention path"] = "scalar (coopmat: " + why + ")"
 		}
 	}
 	return d, nil

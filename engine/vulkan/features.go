@@ -301,8 +301,14 @@ func (p *physDevice) info() engine.DeviceInfo {
 	}
 	if ok, why := p.coopMatMulNV(); ok {
 		f["matmul path"] = "cooperative matrix (NV, f16 inputs) + scalar"
+		if x.subgroupSize == 32 {
+			f["attention path"] = "cooperative matrix (NV, f16 operands) for 16-bit attention, its backward and decode + scalar"
+		} else {
+			f["attention path"] = "scalar (the tensor-core kernels need 32-wide subgroups)"
+		}
 	} else {
 		f["matmul path"] = "scalar (coopmat: " + why + ")"
+		f["attention path"] = "scalar (coopmat: " + why + ")"
 	}
 	if !p.has16BitStorage() {
 		f["16-bit tensors"] = "word atomics (no 16-bit storage)"

@@ -45,32 +45,15 @@ func TestAttentionForwardKernel(t *testing.T) {
 		name := fmt.Sprintf("%v B%d Hkv%d G%d Lq%d Lk%d D%d causal=%v w%d softmax=%v x%g", tc.dt, tc.B, tc.Hkv, tc.G, tc.Lq, tc.Lk, tc.D, tc.causal, tc.window, tc.softmax, tc.scale)
 		t.Run(name, func(t *testing.T) {
 			Hq := tc.Hkv * tc.G
-			randn := func(n int, s float64) []float32 {
-				v := make([]float32, n)
-				for i := range v {
-					v[i] = float32(rng.NormFloat64() * s)
-				}
-				return v
-			}
+			randn := func(n int, s float64) []float32 { return randNormal(rng, n, s) }
 			nq, nk := tc.B*Hq*tc.Lq*tc.D, tc.B*tc.Hkv*tc.Lk*tc.D
 			qv, kv, vv := randn(nq, tc.scale), randn(nk, tc.scale), randn(nk, 1)
 			rv := randn(nq, 1/math.Sqrt(float64(tc.D)))
 			type outs struct{ o, lse, vbar, tbar []float32 }
 			run := func(dev engine.Device) outs {
-				var frees []*engine.Tensor
-				defer func() {
-					for _, x := range frees {
-						dev.Free(x)
-					}
-				}()
-				mk := func(dt engine.DType, v []float32, shape ...int) *engine.Tensor {
-					x, err := engine.FromFloat32(dev, dt, v, shape...)
-					if err != nil {
-						t.Fatal(err)
-					}
-					frees = append(frees, x)
-					return x
-				}
+				ts := &tensors{t: t, dev: dev}
+				defer ts.free()
+				mk := ts.make
 				a := engine.AttentionArgs{
 					Q: mk(tc.dt, qv, tc.B, Hq, tc.Lq, tc.D), K: mk(tc.dt, kv, tc.B, tc.Hkv, tc.Lk, tc.D),
 					V: mk(tc.dt, vv, tc.B, tc.Hkv, tc.Lk, tc.D), O: mk(tc.dt, make([]float32, nq), tc.B, Hq, tc.Lq, tc.D),
@@ -98,52 +81,15 @@ func TestAttentionForwardKernel(t *testing.T) {
 				if err := dev.(engine.Ops).Attention(a); err != nil {
 					t.Fatal(err)
 				}
-				get := func(x *engine.Tensor) []float32 {
-					if x == nil {
-						return nil
-					}
-					v, err := engine.Float32s(x)
-					if err != nil {
-						t.Fatal(err)
-					}
-					return v
-				}
-				return outs{get(a.O), get(a.LSE), get(a.Vbar), get(a.Tbar)}
+				return outs{read(t, a.O), read(t, a.LSE), read(t, a.Vbar), read(t, a.Tbar)}
 			}
 			want, got := run(c), run(d)
-			tol := 1e-5
-			switch tc.dt {
-			case engine.BF16:
-				tol = 1.6e-2
-			case engine.F16:
-				tol = 4e-3
-			}
-			check := func(what string, w, g []float32, tol float64) {
-				var worst, scale float64
-				for i := range w {
-					if math.IsNaN(float64(g[i])) {
-						t.Fatalf("%s[%d] is NaN", what, i)
-					}
-					if math.IsInf(float64(w[i]), 0) || math.IsInf(float64(g[i]), 0) {
-						if w[i] != g[i] {
-							t.Fatalf("%s[%d] = %v, want %v", what, i, g[i], w[i])
-						}
-						continue
-					}
-					worst = max(worst, math.Abs(float64(g[i]-w[i])))
-					scale = max(scale, math.Abs(float64(w[i])))
-				}
-				if rel := worst / max(scale, 1e-30); rel > tol || scale == 0 {
-					t.Errorf("%s: max |vulkan - cpu| / max |cpu| = %.3g (tolerance %.3g, scale %.3g)", what, rel, tol, scale)
-				} else {
-					t.Logf("%s: relative error %.3g", what, rel)
-				}
-			}
-			check("o", want.o, got.o, tol)
-			check("lse", want.lse, got.lse, max(tol/4, 1e-6)) // f32 from f32 sums
+			tol := dtypeTol(tc.dt, 1e-5)
+			checkClose(t, "o", want.o, got.o, tol)
+			checkClose(t, "lse", want.lse, got.lse, max(tol/4, 1e-6)) // f32 from f32 sums
 			if !tc.softmax {
-				check("vbar", want.vbar, got.vbar, tol)
-				check("tbar", want.tbar, got.tbar, tol)
+				checkClose(t, "vbar", want.vbar, got.vbar, tol)
+				checkClose(t, "tbar", want.tbar, got.tbar, tol)
 			}
 		})
 	}
@@ -178,31 +124,14 @@ func TestAttentionBackwardKernel(t *testing.T) {
 		name := fmt.Sprintf("%v B%d Hkv%d G%d Lq%d Lk%d D%d causal=%v w%d softmax=%v", tc.dt, tc.B, tc.Hkv, tc.G, tc.Lq, tc.Lk, tc.D, tc.causal, tc.window, tc.softmax)
 		t.Run(name, func(t *testing.T) {
 			Hq := tc.Hkv * tc.G
-			randn := func(n int, s float64) []float32 {
-				v := make([]float32, n)
-				for i := range v {
-					v[i] = float32(rng.NormFloat64() * s)
-				}
-				return v
-			}
+			randn := func(n int, s float64) []float32 { return randNormal(rng, n, s) }
 			nq, nk := tc.B*Hq*tc.Lq*tc.D, tc.B*tc.Hkv*tc.Lk*tc.D
 			qv, kv, vv, gv := randn(nq, 1), randn(nk, 1), randn(nk, 1), randn(nq, 1)
 			rv := randn(nq, 1/math.Sqrt(float64(tc.D)))
 			run := func(dev engine.Device) map[string][]float32 {
-				var frees []*engine.Tensor
-				defer func() {
-					for _, x := range frees {
-						dev.Free(x)
-					}
-				}()
-				mk := func(dt engine.DType, v []float32, shape ...int) *engine.Tensor {
-					x, err := engine.FromFloat32(dev, dt, v, shape...)
-					if err != nil {
-						t.Fatal(err)
-					}
-					frees = append(frees, x)
-					return x
-				}
+				ts := &tensors{t: t, dev: dev}
+				defer ts.free()
+				mk := ts.make
 				qs, ks, rs := []int{tc.B, Hq, tc.Lq, tc.D}, []int{tc.B, tc.Hkv, tc.Lk, tc.D}, []int{tc.B, Hq, tc.Lq}
 				opts := engine.AttentionOpts{Causal: tc.causal, Window: tc.window}
 				f := engine.AttentionArgs{
@@ -243,44 +172,12 @@ func TestAttentionBackwardKernel(t *testing.T) {
 				if err := ops.AttentionBackward(bw); err != nil {
 					t.Fatal(err)
 				}
-				out := map[string][]float32{}
-				for name, x := range map[string]*engine.Tensor{"dq": bw.DQ, "dk": bw.DK, "dv": bw.DV, "dr": bw.DR} {
-					if x == nil {
-						continue
-					}
-					v, err := engine.Float32s(x)
-					if err != nil {
-						t.Fatal(err)
-					}
-					out[name] = v
-				}
-				return out
+				return map[string][]float32{"dq": read(t, bw.DQ), "dk": read(t, bw.DK), "dv": read(t, bw.DV), "dr": read(t, bw.DR)}
 			}
 			want, got := run(c), run(d)
-			tol := 1e-4
-			switch tc.dt {
-			case engine.BF16:
-				tol = 1.6e-2
-			case engine.F16:
-				tol = 4e-3
-			}
 			for _, name := range []string{"dq", "dk", "dv", "dr"} {
-				w, g := want[name], got[name]
-				if w == nil {
-					continue
-				}
-				var worst, scale float64
-				for i := range w {
-					if math.IsNaN(float64(g[i])) || math.IsInf(float64(g[i]), 0) {
-						t.Fatalf("%s[%d] = %v", name, i, g[i])
-					}
-					worst = max(worst, math.Abs(float64(g[i]-w[i])))
-					scale = max(scale, math.Abs(float64(w[i])))
-				}
-				if rel := worst / max(scale, 1e-30); rel > tol || scale == 0 {
-					t.Errorf("%s: max |vulkan - cpu| / max |cpu| = %.3g (tolerance %.3g, scale %.3g)", name, rel, tol, scale)
-				} else {
-					t.Logf("%s: relative error %.3g", name, rel)
+				if want[name] != nil {
+					checkClose(t, name, want[name], got[name], dtypeTol(tc.dt, 1e-4))
 				}
 			}
 		})

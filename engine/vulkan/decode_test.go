@@ -60,13 +60,7 @@ func TestDecodeKernel(t *testing.T) {
 				t.Setenv("PARALLAX_VULKAN_DECODE", "scalar")
 			}
 			Hq := tc.Hkv * tc.G
-			randn := func(n int, s float64) []float32 {
-				v := make([]float32, n)
-				for i := range v {
-					v[i] = float32(rng.NormFloat64() * s)
-				}
-				return v
-			}
+			randn := func(n int, s float64) []float32 { return randNormal(rng, n, s) }
 			qv := randn(tc.B*Hq*tc.Lq*tc.D, 1)
 			rv := randn(tc.B*Hq*tc.Lq*tc.D, 1/math.Sqrt(float64(tc.D)))
 			kv := randn(tc.B*tc.Hkv*tc.Cap*tc.D, 1)
@@ -89,17 +83,14 @@ func TestDecodeKernel(t *testing.T) {
 			}
 			vv := randn(tc.B*tc.Hkv*tc.Cap*tc.D, 1)
 			run := func(dev engine.Device) []float32 {
-				mk := func(v []float32, shape ...int) *engine.Tensor {
-					x, err := engine.FromFloat32(dev, tc.dt, v, shape...)
-					if err != nil {
-						t.Fatal(err)
-					}
-					return x
-				}
+				ts := &tensors{t: t, dev: dev}
+				defer ts.free()
+				mk := func(v []float32, shape ...int) *engine.Tensor { return ts.make(tc.dt, v, shape...) }
 				lens, err := engine.FromInt32(dev, tc.lens, tc.B)
 				if err != nil {
 					t.Fatal(err)
 				}
+				ts.all = append(ts.all, lens)
 				a := engine.DecodeArgs{
 					Q: mk(qv, tc.B, Hq, tc.Lq, tc.D), KCache: mk(kv, tc.B, tc.Hkv, tc.Cap, tc.D),
 					VCache: mk(vv, tc.B, tc.Hkv, tc.Cap, tc.D), Lens: lens,
@@ -141,26 +132,8 @@ func TestDecodeKernel(t *testing.T) {
 				return o
 			}
 			want, got := run(c), run(d)
-			var worst, scale float64
-			for i := range want {
-				if math.IsNaN(float64(got[i])) {
-					t.Fatalf("o[%d] is NaN", i)
-				}
-				worst = max(worst, math.Abs(float64(got[i]-want[i])))
-				scale = max(scale, math.Abs(float64(want[i])))
-			}
-			tol := 1e-5
-			if tc.dt != engine.F32 {
-				tol = 4e-3 // both backends read the same 16-bit inputs; the output is rounded
-				if tc.dt == engine.BF16 {
-					tol = 1.6e-2
-				}
-			}
-			if rel := worst / max(scale, 1e-30); rel > tol || scale == 0 {
-				t.Errorf("max |vulkan - cpu| / max |cpu| = %.3g (tolerance %.3g, scale %.3g)", rel, tol, scale)
-			} else {
-				t.Logf("relative error %.3g", rel)
-			}
+			// Both backends read the same 16-bit inputs; the output is rounded.
+			checkClose(t, "o", want, got, dtypeTol(tc.dt, 1e-5))
 		})
 	}
 }

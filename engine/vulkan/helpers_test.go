@@ -1,0 +1,95 @@
+package vulkan
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/parallax-engine/parallax/engine"
+)
+
+// randNormal returns n samples of N(0, s^2).
+func randNormal(rng *rand.Rand, n int, s float64) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64() * s)
+	}
+	return v
+}
+
+// tensors makes tensors on dev from float32 values and frees them all
+// with free.
+type tensors struct {
+	t   *testing.T
+	dev engine.Device
+	all []*engine.Tensor
+}
+
+func (ts *tensors) make(dt engine.DType, v []float32, shape ...int) *engine.Tensor {
+	x, err := engine.FromFloat32(ts.dev, dt, v, shape...)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	ts.all = append(ts.all, x)
+	return x
+}
+
+func (ts *tensors) free() {
+	for _, x := range ts.all {
+		ts.dev.Free(x)
+	}
+	ts.all = nil
+}
+
+// read returns x's values (nil for a nil tensor).
+func read(t *testing.T, x *engine.Tensor) []float32 {
+	if x == nil {
+		return nil
+	}
+	v, err := engine.Float32s(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// dtypeTol is the relative tolerance of a kernel against the CPU backend on
+// the same inputs (spec section 8): the 16-bit outputs are rounded.
+func dtypeTol(dt engine.DType, f32 float64) float64 {
+	switch dt {
+	case engine.BF16:
+		return 1.6e-2
+	case engine.F16:
+		return 4e-3
+	}
+	return f32
+}
+
+// checkClose fails unless max |got - want| / max |want| <= tol; NaN never
+// passes, and infinities must match exactly.
+func checkClose(t *testing.T, what string, want, got []float32, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	var worst, scale float64
+	for i := range want {
+		w, g := float64(want[i]), float64(got[i])
+		if math.IsNaN(g) {
+			t.Fatalf("%s[%d] is NaN", what, i)
+		}
+		if math.IsInf(w, 0) || math.IsInf(g, 0) {
+			if w != g {
+				t.Fatalf("%s[%d] = %v, want %v", what, i, g, w)
+			}
+			continue
+		}
+		worst = max(worst, math.Abs(g-w))
+		scale = max(scale, math.Abs(w))
+	}
+	if rel := worst / max(scale, 1e-30); rel > tol || scale == 0 {
+		t.Errorf("%s: max |vulkan - cpu| / max |cpu| = %.3g (tolerance %.3g, scale %.3g)", what, rel, tol, scale)
+	} else {
+		t.Logf("%s: relative error %.3g", what, rel)
+	}
+}

@@ -23,6 +23,7 @@
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_vote : require
 #include "common.glsl"
 #include "attn.glsl"
 #include "coop.glsl"
@@ -38,8 +39,10 @@ IN(4, G)
 F32BUF(5, LSE)
 F32BUF(6, TB)
 F32BUF(7, stats)
+layout(std430, binding = 7) readonly buffer statsU_ { uint statsU[]; }; // stats' bits
 OUT(8, DK)
 OUT(9, DV)
+STATUS(10)
 
 layout(std430, binding = 0) readonly buffer Q4_ { uvec4 Q4[]; };
 layout(std430, binding = 1) readonly buffer K4_ { uvec4 K4[]; };
@@ -78,7 +81,7 @@ shared uint sFirst[64], sLast[64]; // per head of the group (G <= 64): its row b
 			if (which == 0u) {                                         \
 				q##l = px_half8(Q4[p], Q_dt == DT_BF16);               \
 			} else if (which == 1u) {                                  \
-				q##l = px_half8(G4[p], G_dt == DT_BF16);               \
+				q##l = px_half8s(G4[p], G_dt == DT_BF16, gs);          \
 			} else {                                                   \
 				q##l = px_half8(R4[p], R_dt == DT_BF16);               \
 			}                                                          \
@@ -130,8 +133,11 @@ shared uint sFirst[64], sLast[64]; // per head of the group (G <= 64): its row b
 			uint key = k0 + e / 16u;                                  \
 			if (key < nk) {                                           \
 				uint off = (kvbase + key) * D + 16u * n + e % 16u;    \
-				DK_st(off, sS[sbase + e]);                            \
-				DV_st(off, sS[sbase + 256u + e]);                     \
+				float gk = sS[sbase + e] * ginv;                      \
+				float gv = sS[sbase + 256u + e] * ginv;               \
+				DK_st(off, gk);                                       \
+				DV_st(off, gv);                                       \
+				notFinite = notFinite || isinf(gk) || isnan(gk) || isinf(gv) || isnan(gv); \
 			}                                                         \
 		}                                                             \
 		subgroupMemoryBarrierShared();                                \
@@ -140,7 +146,7 @@ shared uint sFirst[64], sLast[64]; // per head of the group (G <= 64): its row b
 
 // rowStats loads row rr's visible keys, lse, T, Bv and tbar (zeros past
 // the rows; only the first BR invocations load).
-void rowStats(uint rr, uint rows, uint nk, uint nrows, bool causal, uint b, uint hk,
+void rowStats(uint rr, uint rows, uint nk, uint nrows, bool causal, uint b, uint hk, float gs,
               out uint lo, out uint hi, out float lse, out float tv, out float bv, out float tb) {
 	lo = 0u;
 	hi = 0u;
@@ -152,9 +158,9 @@ void rowStats(uint rr, uint rows, uint nk, uint nrows, bool causal, uint b, uint
 		visible(rr % pc.Lq, nk, causal, lo, hi);
 		uint row = qrow(b, hk, rr);
 		lse = LSE[row];
-		tv = stats[row];
+		tv = stats[row] * gs;
 		if (HAS_R != 0u) {
-			bv = stats[nrows + row];
+			bv = stats[nrows + row] * gs;
 			tb = TB[row];
 		}
 	}
@@ -218,6 +224,9 @@ void main() {
 	uint nk = pc.Lk, rows = pc.G * pc.Lq, nrows = pc.B * pc.Hq * pc.Lq;
 	bool causal = pc.causal != 0u;
 	uint j0 = kb * BK, j1 = min(j0 + BK, nk);
+	// dO enters scaled by gs (a power of two) and the results leave divided
+	// by it (coop.glsl).
+	float gs = px_grad_scale(uintBitsToFloat(statsU[2u * nrows])), ginv = 1.0 / gs;
 	uint kvbase = (b * pc.Hkv + hk) * pc.Lk;
 	for (uint e = t; e < BK * NP; e += WG) {
 		uint key = j0 + e / NP;
@@ -246,7 +255,7 @@ void main() {
 	// The next block's row statistics, loaded with its pieces.
 	uint plo = 0u, phi = 0u;
 	float plse = 0.0, ptv = 0.0, pbv = 0.0, ptb = 0.0;
-	rowStats(nb * BR + t, rows, nk, nrows, causal, b, hk, plo, phi, plse, ptv, pbv, ptb);
+	rowStats(nb * BR + t, rows, nk, nrows, causal, b, hk, gs, plo, phi, plse, ptv, pbv, ptb);
 	for (uint rb = nb; rb < nrb; rb = nb) {
 		barrier(); // the previous block's rows are no longer read
 		PX_ALLQ(PX_QSTORE)
@@ -261,7 +270,7 @@ void main() {
 		barrier();
 		nb = nextBlock(rb + 1u, nrb);
 		PX_ALLQ(PX_QLOAD)
-		rowStats(nb * BR + t, rows, nk, nrows, causal, b, hk, plo, phi, plse, ptv, pbv, ptb);
+		rowStats(nb * BR + t, rows, nk, nrows, causal, b, hk, gs, plo, phi, plse, ptv, pbv, ptb);
 
 		FRAG32 s = FRAG32(0.0), tt = FRAG32(0.0), av = FRAG32(0.0);
 		PX_FRAGS(PX_SCORE)
@@ -299,5 +308,9 @@ void main() {
 		}
 		PX_FRAGS(PX_GRAD)
 	}
+	bool notFinite = false;
 	PX_FRAGS(PX_OUT)
+	if (subgroupAny(notFinite) && lane == 0u) {
+		px_raise(PX_ERR_F16_RANGE, b, hk, kb, 2u);
+	}
 }

@@ -18,6 +18,7 @@
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_vote : require
 #include "common.glsl"
 #include "attn.glsl"
 #include "coop.glsl"
@@ -33,8 +34,10 @@ IN(4, G)
 F32BUF(5, LSE)
 F32BUF(6, TB)
 F32BUF(7, stats)
+layout(std430, binding = 7) readonly buffer statsU_ { uint statsU[]; }; // stats' bits
 OUT(8, DQ)
 OUT(9, DR)
+STATUS(10)
 
 layout(std430, binding = 1) readonly buffer K4_ { uvec4 K4[]; };
 layout(std430, binding = 2) readonly buffer V4_ { uvec4 V4[]; };
@@ -111,9 +114,13 @@ shared uint sLo[BR], sHi[BR];
 			uint rr = row0 + e / 16u;                                 \
 			if (rr < rows) {                                          \
 				uint off = qrow(b, hk, rr) * D + 16u * n + e % 16u;   \
-				DQ_st(off, sS[sbase + e]);                            \
+				float gq = sS[sbase + e] * ginv;                      \
+				DQ_st(off, gq);                                       \
+				notFinite = notFinite || isinf(gq) || isnan(gq);      \
 				if (HAS_R != 0u) {                                    \
-					DR_st(off, sS[sbase + 256u + e]);                 \
+					float gr = sS[sbase + 256u + e] * ginv;           \
+					DR_st(off, gr);                                   \
+					notFinite = notFinite || isinf(gr) || isnan(gr);  \
 				}                                                     \
 			}                                                         \
 		}                                                             \
@@ -131,6 +138,9 @@ void main() {
 	uint b = bh / pc.Hkv, hk = bh % pc.Hkv;
 	uint nk = pc.Lk, rows = pc.G * pc.Lq, nrows = pc.B * pc.Hq * pc.Lq;
 	bool causal = pc.causal != 0u;
+	// dO enters scaled by gs (a power of two) and the results leave divided
+	// by it (coop.glsl).
+	float gs = px_grad_scale(uintBitsToFloat(statsU[2u * nrows])), ginv = 1.0 / gs;
 	if (t < BR) {
 		uint rr = qb * BR + t, lo = 0u, hi = 0u;
 		float lse = 0.0, tv = 0.0, bv = 0.0, tb = 0.0;
@@ -138,9 +148,9 @@ void main() {
 			visible(rr % pc.Lq, nk, causal, lo, hi);
 			uint row = qrow(b, hk, rr);
 			lse = LSE[row];
-			tv = stats[row];
+			tv = stats[row] * gs;
 			if (HAS_R != 0u) {
-				bv = stats[nrows + row];
+				bv = stats[nrows + row] * gs;
 				tb = TB[row];
 			}
 		}
@@ -157,7 +167,7 @@ void main() {
 		float val = 0.0;
 		if (x < D && rr < rows) {
 			uint off = qrow(b, hk, rr) * D + x;
-			val = which == 0u ? Q_ld(off) : (which == 1u ? G_ld(off) : R_ld(off));
+			val = which == 0u ? Q_ld(off) : (which == 1u ? G_ld(off) * gs : R_ld(off));
 		}
 		sQ[e] = float16_t(val);
 	}
@@ -221,5 +231,9 @@ void main() {
 		PX_FRAGS(PX_GRAD)
 		barrier();
 	}
+	bool notFinite = false;
 	PX_FRAGS(PX_OUT)
+	if (subgroupAny(notFinite) && lane == 0u) {
+		px_raise(PX_ERR_F16_RANGE, b, hk, qb, 2u);
+	}
 }

@@ -16,3 +16,27 @@ uvec4 px_half8(uvec4 w, bool bf16) {
 	             packHalf2x16(vec2(uintBitsToFloat(w.z << 16), uintBitsToFloat(w.z & 0xffff0000u))),
 	             packHalf2x16(vec2(uintBitsToFloat(w.w << 16), uintBitsToFloat(w.w & 0xffff0000u))));
 }
+
+// px_half8s is px_half8 with every value multiplied by s (a power of two).
+uvec4 px_half8s(uvec4 w, bool bf16, float s) {
+	uvec4 o;
+	PX_UNROLL for (uint i = 0u; i < 4u; i++) {
+		vec2 f = bf16 ? vec2(uintBitsToFloat(w[i] << 16), uintBitsToFloat(w[i] & 0xffff0000u)) : unpackHalf2x16(w[i]);
+		o[i] = packHalf2x16(f * s);
+	}
+	return o;
+}
+
+// px_grad_scale is the power of two that brings the largest |dO| (gmax,
+// from attn_bwd_pre) below 2^8: small gradients then stay normal f16
+// numbers (f16's normal range starts at 2^-14), and the products with V
+// stay far below 65504. The backward is linear in dO, so the kernels
+// divide their results by it exactly.
+float px_grad_scale(float gmax) {
+	if (!(gmax > 0.0) || isinf(gmax)) {
+		return 1.0;
+	}
+	int e;
+	frexp(gmax, e); // gmax < 2^e
+	return ldexp(1.0, clamp(8 - e, -100, 100));
+}

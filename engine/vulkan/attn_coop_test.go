@@ -109,24 +109,31 @@ func TestAttentionBackwardKernel(t *testing.T) {
 		causal               bool
 		window               int
 		softmax              bool
+		gscale               float64 // the upstream gradient's standard deviation
 	}{
-		{engine.BF16, 1, 2, 2, 200, 200, 128, true, 0, false},
-		{engine.F16, 1, 1, 4, 77, 77, 64, true, 0, false},
-		{engine.F16, 1, 2, 1, 130, 300, 64, true, 50, false},
-		{engine.BF16, 2, 1, 2, 64, 96, 128, false, 0, false},
-		{engine.BF16, 1, 2, 2, 150, 150, 64, true, 0, true},
-		{engine.BF16, 1, 1, 2, 40, 40, 16, true, 0, false},
-		{engine.F16, 1, 2, 1, 50, 60, 48, true, 0, false},
-		{engine.F32, 1, 1, 2, 70, 70, 64, true, 0, false},
+		{engine.BF16, 1, 2, 2, 200, 200, 128, true, 0, false, 1},
+		{engine.F16, 1, 1, 4, 77, 77, 64, true, 0, false, 1},
+		{engine.F16, 1, 2, 1, 130, 300, 64, true, 50, false, 1},
+		{engine.BF16, 2, 1, 2, 64, 96, 128, false, 0, false, 1},
+		{engine.BF16, 1, 2, 2, 150, 150, 64, true, 0, true, 1},
+		{engine.BF16, 1, 1, 2, 40, 40, 16, true, 0, false, 1},
+		{engine.F16, 1, 2, 1, 50, 60, 48, true, 0, false, 1},
+		{engine.F32, 1, 1, 2, 70, 70, 64, true, 0, false, 1},
+		// Training-sized gradients, far below f16's normal range, and large
+		// ones: the tensor-core kernels scale dO into range.
+		{engine.BF16, 1, 2, 2, 200, 200, 128, true, 0, false, 1e-6},
+		{engine.F16, 1, 1, 4, 77, 77, 64, true, 0, false, 1e-5},
+		{engine.BF16, 1, 1, 2, 64, 64, 64, true, 0, true, 1e-7},
+		{engine.BF16, 1, 1, 2, 64, 64, 128, false, 0, false, 300},
 	}
 	rng := rand.New(rand.NewPCG(9, 1))
 	for _, tc := range cases {
-		name := fmt.Sprintf("%v B%d Hkv%d G%d Lq%d Lk%d D%d causal=%v w%d softmax=%v", tc.dt, tc.B, tc.Hkv, tc.G, tc.Lq, tc.Lk, tc.D, tc.causal, tc.window, tc.softmax)
+		name := fmt.Sprintf("%v B%d Hkv%d G%d Lq%d Lk%d D%d causal=%v w%d softmax=%v g%g", tc.dt, tc.B, tc.Hkv, tc.G, tc.Lq, tc.Lk, tc.D, tc.causal, tc.window, tc.softmax, tc.gscale)
 		t.Run(name, func(t *testing.T) {
 			Hq := tc.Hkv * tc.G
 			randn := func(n int, s float64) []float32 { return randNormal(rng, n, s) }
 			nq, nk := tc.B*Hq*tc.Lq*tc.D, tc.B*tc.Hkv*tc.Lk*tc.D
-			qv, kv, vv, gv := randn(nq, 1), randn(nk, 1), randn(nk, 1), randn(nq, 1)
+			qv, kv, vv, gv := randn(nq, 1), randn(nk, 1), randn(nk, 1), randn(nq, tc.gscale)
 			rv := randn(nq, 1/math.Sqrt(float64(tc.D)))
 			run := func(dev engine.Device) map[string][]float32 {
 				ts := &tensors{t: t, dev: dev}
@@ -223,7 +230,7 @@ func TestAttentionBackwardProfile(t *testing.T) {
 	if !d.useBwdCoop(c) {
 		t.Skipf("%s has no tensor-core backward", d.pd.name)
 	}
-	stats := in(mk(engine.F32, 2*B*H*L))
+	stats := in(mk(engine.F32, 2*B*H*L+1))
 	for _, k := range []struct {
 		name string
 		fn   func(bwdCall, arg) error

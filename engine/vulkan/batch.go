@@ -415,7 +415,7 @@ const (
 	statusTargetRange = 2 // cross entropy: targets[a] = b outside [0, c)
 	statusLensRange   = 3 // decode: lens[a] = b outside [Lq, Cap = c]
 	statusLLASingular = 4 // lla: row a has a singular system
-	statusF16Range    = 5 // tensor-core attention left f16's range: sequence a, KV head b, split or row block c; op 0 decode, 1 forward
+	statusF16Range    = 5 // tensor-core attention left f16's range: sequence a, KV head b, split or block c; op 0 decode, 1 forward, 2 backward
 )
 
 // checkStatus turns a flag raised by a shader into the device's pending
@@ -448,8 +448,12 @@ func (d *Device) checkStatus() {
 	case statusF16Range:
 		what := fmt.Sprintf("decode attention: sequence %d, KV head %d", a, bb)
 		env := "PARALLAX_VULKAN_DECODE=scalar"
-		if op == 1 {
+		switch op {
+		case 1:
 			what = fmt.Sprintf("attention: sequence %d, KV head %d, rows %d..%d of its group", a, bb, 32*c, 32*c+31)
+			env = "PARALLAX_VULKAN_ATTN=scalar"
+		case 2:
+			what = fmt.Sprintf("attention backward: sequence %d, KV head %d, block %d", a, bb, c)
 			env = "PARALLAX_VULKAN_ATTN=scalar"
 		}
 		err = fmt.Errorf("%s: a result is not finite on the tensor-core path, whose f16 operands hold only values below 65504 in magnitude (K, V, the queries, the probes and p t); %s uses the f32 kernel", what, env)

@@ -229,7 +229,7 @@ func (d *Device) bwdRowsCoop(c bwdCall, stats arg) error {
 	pc := push(uint32(dm.B), uint32(dm.Hq), uint32(dm.Hkv), uint32(dm.G), uint32(dm.Lq), uint32(dm.Lk),
 		dm.Causal, uint32(dm.Window), dm.Scale, uint32(1), uint32(nb), uint32(0))
 	return d.launch("attn_bwd_rows_coop", 64, spec{1: uint32(dm.D), 5: flag(c.hasR)}, pc, d.groups1(dm.B*dm.Hkv*nb),
-		c.q, c.k, c.v, c.r, c.g, c.lse, c.tb, stats, c.dq, c.dr)
+		c.q, c.k, c.v, c.r, c.g, c.lse, c.tb, stats, c.dq, c.dr, d.statusArg())
 }
 
 // bwdColsCoop launches attn_bwd_cols_coop (dk, dv).
@@ -242,7 +242,7 @@ func (d *Device) bwdColsCoop(c bwdCall, stats arg) error {
 	pc := push(uint32(dm.B), uint32(dm.Hq), uint32(dm.Hkv), uint32(dm.G), uint32(dm.Lq), uint32(dm.Lk),
 		dm.Causal, uint32(dm.Window), dm.Scale, uint32(1), uint32(nb), uint32(0))
 	return d.launch("attn_bwd_cols_coop", 64, spec{1: uint32(dm.D), 5: flag(c.hasR)}, pc, d.groups1(dm.B*dm.Hkv*nb),
-		c.q, c.k, c.v, c.r, c.g, c.lse, c.tb, stats, c.dk, c.dv)
+		c.q, c.k, c.v, c.r, c.g, c.lse, c.tb, stats, c.dk, c.dv, d.statusArg())
 }
 
 // capSplits is the split count S (at least 1), bounded so that the
@@ -528,22 +528,30 @@ func (d *Device) attnBackward(c bwdCall) error {
 	rows := dm.G * dm.Lq
 	nrows := dm.B * dm.Hq * dm.Lq
 	softmax := c.mode == modeSoftmax
+	coop := d.useBwdCoop(c)
 	stats := d.none()
 	if (softmax || c.hasR && c.mode == modeAffine) && nrows > 0 {
-		sr, err := d.tmp(2 * nrows)
+		// T and Bv per row; for the tensor-core kernels also the largest
+		// |dO|, in a last word zeroed first.
+		sr, err := d.tmp(2*nrows + 1)
 		if err != nil {
 			return err
 		}
 		defer d.mem.release(sr)
+		if coop {
+			if err := d.b.fill(sr, uint64(8*nrows), 4, 0); err != nil {
+				return err
+			}
+		}
 		stats = scratch(sr)
 		needT, needBv := softmax, c.hasR && c.mode != modePlain
-		pc := push(uint32(nrows), uint32(dm.D), needT, needBv)
+		pc := push(uint32(nrows), uint32(dm.D), needT, needBv, coop)
 		if err := d.launch("attn_bwd_pre", 64, nil, pc, d.strideGroups(nrows, 64), c.o, c.g, c.vb, stats); err != nil {
 			return err
 		}
 		stats.write = false
 	}
-	if d.useBwdCoop(c) {
+	if coop {
 		return d.attnBackwardCoop(c, stats)
 	}
 	if rows > 0 && (softmax || c.hasR) {

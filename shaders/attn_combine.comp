@@ -75,13 +75,23 @@ void main() {
 		for (uint x = t; x < D; x += WG) {
 			float a1 = c0 == 0u ? 0.0 : sAcc[x];
 			float a2 = c0 == 0u ? 0.0 : sAcc[D + x];
-			for (uint s = 0u; s < nc; s++) {
-				float w = sW[s];
-				if (w != 0.0) {
-					uint ps = base + (c0 + s) * PS;
-					a1 += w * part[ps + 3u + x];
-					a2 += w * part[ps + 3u + D + x];
-				}
+			// Four splits per step, their loads issued together: the loop
+			// is bound by load latency, not bandwidth. A split without
+			// keys has weight 0 and zero accumulators (the decode kernels
+			// write every partial state of a valid sequence).
+			uint s = 0u;
+			for (; s + 4u <= nc; s += 4u) {
+				uint p = base + (c0 + s) * PS + 3u + x;
+				vec4 u = vec4(part[p], part[p + PS], part[p + 2u * PS], part[p + 3u * PS]);
+				vec4 v = vec4(part[p + D], part[p + PS + D], part[p + 2u * PS + D], part[p + 3u * PS + D]);
+				vec4 w = vec4(sW[s], sW[s + 1u], sW[s + 2u], sW[s + 3u]);
+				a1 += dot(w, u);
+				a2 += dot(w, v);
+			}
+			for (; s < nc; s++) {
+				uint p = base + (c0 + s) * PS + 3u + x;
+				a1 += sW[s] * part[p];
+				a2 += sW[s] * part[p + D];
 			}
 			sAcc[x] = a1; // column x is this invocation's alone
 			sAcc[D + x] = a2;

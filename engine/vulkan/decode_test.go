@@ -197,3 +197,69 @@ func TestDecodeCoopRange(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeProfile times a decode (bf16, Parallax, one query per
+// sequence) and its split-KV combine pass alone, at
+// PARALLAX_VULKAN_PROFILE_DECODE=B,Hq,Hkv,L,D[,S]; it runs only when that
+// variable is set. A diagnosis aid, not a check.
+func TestDecodeProfile(t *testing.T) {
+	shape := os.Getenv("PARALLAX_VULKAN_PROFILE_DECODE")
+	if shape == "" {
+		t.Skip("PARALLAX_VULKAN_PROFILE_DECODE is not set")
+	}
+	d := testDevice(t)
+	var B, Hq, Hkv, L, D, S int
+	if n, _ := fmt.Sscanf(shape, "%d,%d,%d,%d,%d,%d", &B, &Hq, &Hkv, &L, &D, &S); n < 5 {
+		t.Fatalf("PARALLAX_VULKAN_PROFILE_DECODE=%q: want B,Hq,Hkv,L,D[,S]", shape)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	ts := &tensors{t: t, dev: d}
+	defer ts.free()
+	qs, ks := []int{B, Hq, 1, D}, []int{B, Hkv, L, D}
+	lv := make([]int32, B)
+	for i := range lv {
+		lv[i] = int32(L)
+	}
+	lens, err := engine.FromInt32(d, lv, B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.all = append(ts.all, lens)
+	a := engine.DecodeArgs{
+		Q: ts.make(engine.BF16, randNormal(rng, B*Hq*D, 1), qs...), R: ts.make(engine.BF16, randNormal(rng, B*Hq*D, 0.1), qs...),
+		KCache: ts.make(engine.BF16, randNormal(rng, B*Hkv*L*D, 1), ks...), VCache: ts.make(engine.BF16, randNormal(rng, B*Hkv*L*D, 1), ks...),
+		Lens: lens, O: ts.make(engine.BF16, make([]float32, B*Hq*D), qs...), Splits: S,
+	}
+	dm := engine.AttnDims{B: B, Hq: Hq, Hkv: Hkv, G: Hq / Hkv, Lq: 1, Lk: L, D: D, Causal: true}
+	k, ok := d.planDecode(dm, a)
+	t.Logf("kernel %q", k.kernel)
+	for range 3 {
+		el, err := d.Timed(func() error { return d.DecodeAttention(a) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("decode: %v", el)
+	}
+	if !ok || S <= 1 {
+		return
+	}
+	part, release, err := d.partialStates(dm, S)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	// Every split saw keys (m = d1 = d2 = 1, O1 = O2 = 1), so the combine
+	// reads all of them.
+	if err := d.b.fill(part.r, 0, part.r.size, math.Float32bits(1)); err != nil {
+		t.Fatal(err)
+	}
+	pc := push(uint32(B), uint32(Hq), uint32(Hkv), uint32(Hq/Hkv), uint32(1), uint32(L),
+		true, uint32(0), float32(0.1), uint32(S), uint32(1), uint32(0))
+	for range 3 {
+		el, err := d.Timed(func() error { return d.combineSplits(dm, pc, part, out(a.O), in(lens), true) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("combine alone (S = %d): %v", S, el)
+	}
+}

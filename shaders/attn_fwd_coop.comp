@@ -70,26 +70,7 @@ shared float sAl[NSG * 16u];
 shared float sM[NSG * 16u], sD1[NSG * 16u], sD2[NSG * 16u];
 shared uint sLo[BR], sHi[BR];
 
-uvec4 toHalf(uvec4 w) { return px_half8(w, K_dt == DT_BF16); }
-
-#define PX_DECL(l) uvec4 k##l = uvec4(0u), v##l = uvec4(0u);
-#define PX_LOAD(l)                                     \
-	if (l < LDN) {                                     \
-		uint e = t + WG * l, key = tileStart + e / NP; \
-		k##l = uvec4(0u);                              \
-		v##l = uvec4(0u);                              \
-		if (e < BC * NP && key < kmax) {               \
-			uint p = (kvbase + key) * NP + e % NP;     \
-			k##l = K4[p];                              \
-			v##l = V4[p];                              \
-		}                                              \
-	}
-#define PX_STORE(l)                                  \
-	if (l < LDN && t + WG * l < BC * NP) {           \
-		uint e = t + WG * l;                         \
-		sK[(e / NP) * SD8 + e % NP] = toHalf(k##l); \
-		sV[(e / NP) * SD8 + e % NP] = toHalf(v##l); \
-	}
+// K/V staging: coop.glsl's prefill macros, four pieces per invocation at most.
 #define PX_ALL(M) M(0u) M(1u) M(2u) M(3u)
 #define PX_FRAGS(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
 
@@ -211,14 +192,14 @@ void main() {
 	float m = PX_NEG_INF, d1 = 0.0, d2 = 0.0;
 	bool bad = false;
 	PX_FRAGS(PX_ODECL)
-	PX_ALL(PX_DECL)
+	PX_ALL(PX_KV_DECL)
 	uint tileStart = kmin;
-	PX_ALL(PX_LOAD)
+	PX_ALL(PX_KV_LOAD)
 	for (uint t0 = kmin; t0 < kmax; t0 += BC) {
-		PX_ALL(PX_STORE)
+		PX_ALL(PX_KV_STORE)
 		barrier();
 		tileStart = t0 + BC;
-		PX_ALL(PX_LOAD)
+		PX_ALL(PX_KV_LOAD)
 
 		FRAG32 s = FRAG32(0.0), tt = FRAG32(0.0);
 		PX_FRAGS(PX_SCORE)

@@ -40,3 +40,28 @@ float px_grad_scale(float gmax) {
 	frexp(gmax, e); // gmax < 2^e
 	return ldexp(1.0, clamp(8 - e, -100, 100));
 }
+
+// The prefill kernels' K/V staging (attn_fwd_coop, attn_bwd_rows_coop): a
+// tile of BC keys as NP 16-byte pieces per key, piece l of this invocation
+// being piece t + WG l, loaded into named registers a tile ahead
+// (PX_KV_LOAD, keys from tileStart, zeros at and past kmax) and stored to
+// sK and sV as f16 (PX_KV_STORE). They use the kernel's t, WG, LDN, BC, NP,
+// SD8, tileStart, kmax, kvbase, K4, V4, sK, sV and K_dt.
+#define PX_KV_DECL(l) uvec4 k##l = uvec4(0u), v##l = uvec4(0u);
+#define PX_KV_LOAD(l)                                  \
+	if (l < LDN) {                                     \
+		uint e = t + WG * l, key = tileStart + e / NP; \
+		k##l = uvec4(0u);                              \
+		v##l = uvec4(0u);                              \
+		if (e < BC * NP && key < kmax) {               \
+			uint p = (kvbase + key) * NP + e % NP;     \
+			k##l = K4[p];                              \
+			v##l = V4[p];                              \
+		}                                              \
+	}
+#define PX_KV_STORE(l)                                                  \
+	if (l < LDN && t + WG * l < BC * NP) {                              \
+		uint e = t + WG * l;                                            \
+		sK[(e / NP) * SD8 + e % NP] = px_half8(k##l, K_dt == DT_BF16); \
+		sV[(e / NP) * SD8 + e % NP] = px_half8(v##l, K_dt == DT_BF16); \
+	}

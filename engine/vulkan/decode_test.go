@@ -41,6 +41,9 @@ func TestDecodeKernel(t *testing.T) {
 		{engine.F32, 1, 1, 4, 2, 200, 128, []int32{200}, 0, 2, false, false, false, false},
 		{engine.BF16, 2, 2, 4, 1, 700, 128, []int32{700, 333}, 0, 0, false, true, false, false},
 		{engine.BF16, 1, 1, 4, 4, 300, 64, []int32{290}, 40, 3, false, false, false, false}, // 16 rows: attn_fwd
+		// Several positions per sequence in the 16 x 8 kernel (up to 4 rows).
+		{engine.BF16, 2, 2, 2, 2, 600, 128, []int32{600, 97}, 70, 0, false, false, false, false},
+		{engine.F16, 1, 1, 1, 3, 500, 64, []int32{480}, 0, 3, false, false, false, false},
 		// The scalar kernel on the shapes the tensor-core one takes.
 		{engine.BF16, 2, 2, 4, 1, 700, 128, []int32{700, 333}, 0, 0, false, false, true, false},
 		{engine.BF16, 1, 1, 8, 1, 900, 64, []int32{900}, 130, 0, false, false, true, false},

@@ -1,5 +1,7 @@
 package engine
 
+import "math"
+
 // Ops is the complete op set a backend implements. Every method validates its
 // arguments with the matching Check function and returns that error without
 // side effects; otherwise it enqueues the op and returns nil (errors raised
@@ -274,4 +276,13 @@ type LinearAttentionBackwardArgs struct {
 type AdamWOpts struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float32
 	Step                               int // 1-based step count for bias correction
+}
+
+// Factors returns the per-step constants every backend's AdamW applies,
+// computed in float64: decay = 1 - lr wd (applied to p first), step =
+// lr / (1 - beta1^t) and bc2 = sqrt(1 - beta2^t), so that
+// p = p decay - step m / (sqrt(v) / bc2 + eps).
+func (o AdamWOpts) Factors() (decay, step, bc2 float64) {
+	lr, t := float64(o.LR), float64(o.Step)
+	return 1 - lr*float64(o.WeightDecay), lr / (1 - math.Pow(float64(o.Beta1), t)), math.Sqrt(1 - math.Pow(float64(o.Beta2), t))
 }

@@ -18,11 +18,8 @@ func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
 	if err := d.own("adamw", p, g, m, v); err != nil {
 		return err
 	}
-	lr, b1, b2 := float64(o.LR), float64(o.Beta1), float64(o.Beta2)
-	eps, wd := float64(o.Eps), float64(o.WeightDecay)
-	decay := 1 - lr*wd
-	step := lr / (1 - math.Pow(b1, float64(o.Step)))
-	bc2 := math.Sqrt(1 - math.Pow(b2, float64(o.Step)))
+	b1, b2, eps := float64(o.Beta1), float64(o.Beta2), float64(o.Eps)
+	decay, step, bc2 := o.Factors()
 	pv, gv := viewOf(p), viewOf(g)
 	ms, vs := m.Storage().([]float32), v.Storage().([]float32)
 	d.eachBlock(n, 2, func(lo, hi int, buf [][ewBlock]float32) {

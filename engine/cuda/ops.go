@@ -337,12 +337,9 @@ func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
 	if err := d.own("adamw", p, g, m, v); err != nil {
 		return err
 	}
-	lr, b1, b2 := float64(o.LR), float64(o.Beta1), float64(o.Beta2)
-	decay := 1 - lr*float64(o.WeightDecay)
-	step := lr / (1 - math.Pow(b1, float64(o.Step)))
-	bc2 := math.Sqrt(1 - math.Pow(b2, float64(o.Step)))
+	decay, step, bc2 := o.Factors()
 	a := newArgs().p(ptr(p)).i(dt(p)).p(ptr(g)).i(dt(g)).p(ptr(m)).p(ptr(v)).l(int64(n))
-	for _, x := range []float64{decay, step, bc2, b1, b2, float64(o.Eps)} {
+	for _, x := range []float64{decay, step, bc2, float64(o.Beta1), float64(o.Beta2), float64(o.Eps)} {
 		a.l(int64(math.Float64bits(x)))
 	}
 	return d.launch(ew, "adamw", grid1(int64(n)), threads256, 0, a)

@@ -80,14 +80,8 @@ func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
 	if err := d.own("adamw", p, g, m, v); err != nil {
 		return err
 	}
-	lr, b1, b2 := float64(o.LR), float64(o.Beta1), float64(o.Beta2)
-	c := [6]float32{
-		float32(1 - lr*float64(o.WeightDecay)),
-		o.Beta1, o.Beta2,
-		float32(lr / (1 - math.Pow(b1, float64(o.Step)))),
-		float32(math.Sqrt(1 - math.Pow(b2, float64(o.Step)))),
-		o.Eps,
-	}
+	decay, step, bc2 := o.Factors()
+	c := [6]float32{float32(decay), o.Beta1, o.Beta2, float32(step), float32(bc2), o.Eps}
 	return d.elementwise(ewAdamW, n, 1, false, c, out(p), in(g), out(m), out(v))
 }
 

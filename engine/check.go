@@ -201,6 +201,16 @@ func CheckRMSNormBackward(dX, dW, dOut, x, w, rstd *Tensor) (rows, n int, err er
 	return
 }
 
+// RoPEFrequencies returns the D/2 rotation frequencies theta^(-2i/D) of
+// RoPE, computed in float64, that every backend uses.
+func RoPEFrequencies(theta float32, d int) []float64 {
+	f := make([]float64, d/2)
+	for i := range f {
+		f[i] = math.Pow(float64(theta), -2*float64(i)/float64(d))
+	}
+	return f
+}
+
 // CheckRoPE validates RoPE (and RoPEBackward) and returns (B, H, L, D).
 func CheckRoPE(out, x, pos *Tensor) (b, h, l, d int, err error) {
 	const op = "rope"

@@ -35,10 +35,7 @@ func (d *Device) rope(op string, out, x, pos *engine.Tensor, theta float32, inve
 		return nil
 	}
 	p := ints(pos)
-	inv := make([]float64, half)
-	for i := range inv {
-		inv[i] = math.Pow(float64(theta), -2*float64(i)/float64(dim))
-	}
+	inv := engine.RoPEFrequencies(theta, dim)
 	cs := make([]float32, l*half)
 	sn := make([]float32, l*half)
 	sign := 1.0

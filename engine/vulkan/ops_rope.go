@@ -20,10 +20,9 @@ func (d *Device) ropeFreqs(theta float32, dim int) (*region, error) {
 	if r, ok := d.ropeTables[k]; ok {
 		return r, nil
 	}
-	half := dim / 2
-	buf := make([]byte, 4*max(half, 1))
-	for i := 0; i < half; i++ {
-		f := math.Pow(float64(theta), -2*float64(i)/float64(dim))
+	freqs := engine.RoPEFrequencies(theta, dim)
+	buf := make([]byte, 4*max(len(freqs), 1))
+	for i, f := range freqs {
 		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(f)))
 	}
 	r, err := d.mem.alloc(uint64(len(buf)))

@@ -715,14 +715,8 @@ func (r *runner) stepParallel(buf, in, tgt []int32, wantCOR bool) (stepOut, erro
 	if err != nil {
 		return out, fmt.Errorf("step %d: %w", stepNo, err)
 	}
-	out.gradNorm = gn
-	if !finite(gn) {
-		e := &NonFiniteError{Step: stepNo, What: "gradient norm", Value: gn, Where: r.locate(true)}
-		if c.SkipNonFinite {
-			out.skipped = true
-			return out, nil
-		}
-		return out, e
+	if stop, err := r.checkGradNorm(stepNo, gn, &out); stop {
+		return out, err
 	}
 	if err := r.opt.ScaleReducedGrads(ClipFactor(gn, c.ClipNorm)); err != nil {
 		return out, fmt.Errorf("step %d: %w", stepNo, err)

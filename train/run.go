@@ -710,6 +710,22 @@ type stepOut struct {
 	skipped        bool
 }
 
+// checkGradNorm records a step's gradient norm in out and reports whether
+// the step ends there: a norm that is not finite skips the step
+// (SkipNonFinite) or fails it with a NonFiniteError naming the culprit.
+func (r *runner) checkGradNorm(stepNo int, gn float64, out *stepOut) (bool, error) {
+	out.gradNorm = gn
+	if finite(gn) {
+		return false, nil
+	}
+	e := &NonFiniteError{Step: stepNo, What: "gradient norm", Value: gn, Where: r.locate(true)}
+	if r.cfg.SkipNonFinite {
+		out.skipped = true
+		return true, nil
+	}
+	return true, e
+}
+
 func (r *runner) step(buf, in, tgt []int32, wantCOR bool) (stepOut, error) {
 	if r.par != nil {
 		return r.stepParallel(buf, in, tgt, wantCOR)
@@ -771,14 +787,8 @@ func (r *runner) step(buf, in, tgt []int32, wantCOR bool) (stepOut, error) {
 	if err != nil {
 		return out, fmt.Errorf("step %d: %w", stepNo, err)
 	}
-	out.gradNorm = gn
-	if !finite(gn) {
-		e := &NonFiniteError{Step: stepNo, What: "gradient norm", Value: gn, Where: r.locate(true)}
-		if c.SkipNonFinite {
-			out.skipped = true
-			return out, nil
-		}
-		return out, e
+	if stop, err := r.checkGradNorm(stepNo, gn, &out); stop {
+		return out, err
 	}
 	if err := ScaleGrads(r.dev, r.opt.Params(), ClipFactor(gn, c.ClipNorm)); err != nil {
 		return out, fmt.Errorf("step %d: %w", stepNo, err)

@@ -154,6 +154,22 @@ func (d *Device) attnForward(c fwdCall) error {
 	return d.combineSplits(dm, pc, part, c.o, lens, c.hasR)
 }
 
+// coopAttention reports whether the tensor-core attention kernels can take
+// head dimension D (a multiple of 16, at most maxD) with operands of the
+// dtypes dts (each bf16 or f16) on this device: NV cooperative matrices,
+// 32-wide subgroups and the subgroup operations ops in compute shaders.
+func (d *Device) coopAttention(D, maxD int, ops uint32, dts ...engine.DType) bool {
+	if !d.coop || d.subgroup != 32 || D%16 != 0 || D > maxD || !d.hasSubgroupOps(ops) {
+		return false
+	}
+	for _, dt := range dts {
+		if dt != engine.BF16 && dt != engine.F16 {
+			return false
+		}
+	}
+	return true
+}
+
 // useFwdCoop reports whether attn_fwd_coop (tensor cores, f16 operands)
 // serves a forward: softmax or Parallax attention without a KV cache, Q, K,
 // V (and R) in bf16 or f16 with K and V of one dtype, D a multiple of 16 up
@@ -162,12 +178,12 @@ func (d *Device) attnForward(c fwdCall) error {
 // keeps attn_fwd.
 func (d *Device) useFwdCoop(c fwdCall) bool {
 	dm := c.dims
-	if c.lens != nil || c.mode != modeSoftmax || !d.coop || d.subgroup != 32 || os.Getenv("PARALLAX_VULKAN_ATTN") == "scalar" ||
-		dm.D%16 != 0 || dm.D > 128 || !d.hasSubgroupOps(subgroupBasic|subgroupVote|subgroupClustered) {
-		return false
+	dts := []engine.DType{c.q.dt, c.k.dt}
+	if c.hasR {
+		dts = append(dts, c.r.dt)
 	}
-	h16 := func(a arg) bool { return a.dt == engine.BF16 || a.dt == engine.F16 }
-	if !h16(c.q) || !h16(c.k) || c.k.dt != c.v.dt || (c.hasR && !h16(c.r)) {
+	if c.lens != nil || c.mode != modeSoftmax || os.Getenv("PARALLAX_VULKAN_ATTN") == "scalar" || c.k.dt != c.v.dt ||
+		!d.coopAttention(dm.D, 128, subgroupBasic|subgroupVote|subgroupClustered, dts...) {
 		return false
 	}
 	sd := dm.D + 8
@@ -195,12 +211,12 @@ func (d *Device) attnForwardCoop(c fwdCall) error {
 // scalar kernels.
 func (d *Device) useBwdCoop(c bwdCall) bool {
 	dm := c.dims
-	if c.mode != modeSoftmax || !d.coop || d.subgroup != 32 || os.Getenv("PARALLAX_VULKAN_ATTN") == "scalar" ||
-		dm.D%16 != 0 || dm.D > 128 || dm.G > 64 || !d.hasSubgroupOps(subgroupBasic) {
-		return false
+	dts := []engine.DType{c.q.dt, c.k.dt, c.g.dt}
+	if c.hasR {
+		dts = append(dts, c.r.dt)
 	}
-	h16 := func(a arg) bool { return a.dt == engine.BF16 || a.dt == engine.F16 }
-	if !h16(c.q) || !h16(c.k) || !h16(c.g) || c.k.dt != c.v.dt || (c.hasR && !h16(c.r)) {
+	if c.mode != modeSoftmax || os.Getenv("PARALLAX_VULKAN_ATTN") == "scalar" || c.k.dt != c.v.dt || dm.G > 64 ||
+		!d.coopAttention(dm.D, 128, subgroupBasic, dts...) {
 		return false
 	}
 	sd := dm.D + 8
@@ -426,8 +442,7 @@ func (d *Device) planDecode(dm engine.AttnDims, a engine.DecodeArgs) (decodeLaun
 
 // planDecodeCoop chooses a tensor-core decode kernel and its tiles.
 func (d *Device) planDecodeCoop(dm engine.AttnDims, dt engine.DType, rows int, force string) (decodeLaunch, bool) {
-	if force == "scalar" || !d.coop || d.subgroup != 32 || (dt != engine.BF16 && dt != engine.F16) ||
-		dm.D%16 != 0 || dm.D > 256 || !d.hasSubgroupOps(subgroupBasic|subgroupVote|subgroupClustered) {
+	if force == "scalar" || !d.coopAttention(dm.D, 256, subgroupBasic|subgroupVote|subgroupClustered, dt) {
 		return decodeLaunch{}, false
 	}
 	kernel, bc, sd, limit := "attn_decode_coop", 16, dm.D+8, int(d.pd.lim.maxSharedMemory)

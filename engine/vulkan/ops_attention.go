@@ -206,9 +206,10 @@ func (d *Device) attnForwardCoop(c fwdCall) error {
 // useBwdCoop reports whether attn_bwd_rows_coop and attn_bwd_cols_coop
 // (tensor cores, f16 operands) serve a backward: softmax or Parallax
 // attention with 16-bit Q, K, V, dO (and R), K and V of one dtype, D a
-// multiple of 16 up to 128, GQA groups of at most 64 heads, on a device with the NV cooperative-matrix
-// kernels and 32-wide subgroups. PARALLAX_VULKAN_ATTN=scalar keeps the
-// scalar kernels.
+// multiple of 16 up to 128, GQA groups of at most 64 heads, on a device
+// with the NV cooperative-matrix kernels, 32-wide subgroups and subgroup
+// vote operations (the kernels' error check). PARALLAX_VULKAN_ATTN=scalar
+// keeps the scalar kernels.
 func (d *Device) useBwdCoop(c bwdCall) bool {
 	dm := c.dims
 	dts := []engine.DType{c.q.dt, c.k.dt, c.g.dt}
@@ -216,7 +217,7 @@ func (d *Device) useBwdCoop(c bwdCall) bool {
 		dts = append(dts, c.r.dt)
 	}
 	if c.mode != modeSoftmax || os.Getenv("PARALLAX_VULKAN_ATTN") == "scalar" || c.k.dt != c.v.dt || dm.G > 64 ||
-		!d.coopAttention(dm.D, 128, subgroupBasic, dts...) {
+		!d.coopAttention(dm.D, 128, subgroupBasic|subgroupVote, dts...) {
 		return false
 	}
 	sd := dm.D + 8

@@ -52,7 +52,6 @@ STATUS(8)
 layout(std430, binding = 1) readonly buffer K4_ { uvec4 K4[]; };
 layout(std430, binding = 2) readonly buffer V4_ { uvec4 V4[]; };
 
-const float PX_SLACK = 2.0;
 const uint BR = 32u, BC = 16u, NSG = 2u;
 const uint NF = D / 16u;      // <= 8
 const uint SD = D + 8u;

@@ -5,6 +5,11 @@
 #define FRAG16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define FRAG32 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 
+// PX_SLACK is how far a tile's max may exceed a row's reference max before
+// the reference moves and the accumulators are rescaled (decode_coop.glsl
+// explains why lazy rescaling is exact): P1 = exp(s - m) stays below e^2.
+const float PX_SLACK = 2.0;
+
 // px_half8 returns a 16-byte piece of eight bf16 (bf16 true) or f16 values
 // as eight f16 values. bf16 to f16 is exact within f16's range.
 uvec4 px_half8(uvec4 w, bool bf16) {

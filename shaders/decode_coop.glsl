@@ -37,7 +37,6 @@ STATUS(7)
 layout(std430, binding = 1) readonly buffer K4_ { uvec4 K4[]; };
 layout(std430, binding = 2) readonly buffer V4_ { uvec4 V4[]; };
 
-const float PX_SLACK = 2.0;    // P1 <= e^2
 const uint NF = D / 16u;       // 16-column fragments of a row (<= 16)
 const uint SD = D + 8u;        // shared row stride in halves: rows 16 bytes apart mod 128
 const uint SD8 = SD / 8u;      // the same in 16-byte vectors

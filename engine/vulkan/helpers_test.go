@@ -20,7 +20,7 @@ func randNormal(rng *rand.Rand, n int, s float64) []float32 {
 // tensors makes tensors on dev from float32 values and frees them all
 // with free.
 type tensors struct {
-	t   *testing.T
+	t   testing.TB
 	dev engine.Device
 	all []*engine.Tensor
 }

@@ -12,7 +12,7 @@ import (
 
 // testDevice opens vulkan:0 for a test, or skips it when there is no
 // Vulkan device (fails under PARALLAX_REQUIRE_VULKAN=1).
-func testDevice(t *testing.T) *Device {
+func testDevice(t testing.TB) *Device {
 	t.Helper()
 	d, err := Open(0)
 	if err != nil {

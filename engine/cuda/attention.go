@@ -18,9 +18,10 @@ import (
 // LLA), which is also the f32 path.
 
 const (
-	mmaMod  = "attention_mma"
-	simtMod = "attention_simt"
-	maxD    = 256 // the SIMT kernels keep D/32 <= 8 elements per lane
+	wgmmaMod = "attention_wgmma"
+	mmaMod   = "attention_mma"
+	simtMod  = "attention_simt"
+	maxD     = 256 // the SIMT kernels keep D/32 <= 8 elements per lane
 )
 
 // Tile sizes, as in attention_mma.cu.
@@ -29,6 +30,19 @@ const (
 	decStages = 3
 	decKeys   = 64
 )
+
+// Tile sizes of attention_wgmma.cu's forward.
+const (
+	wfwdBM = 128
+	wfwdBN = 64
+)
+
+// wgmma reports whether the Hopper kernels of attention_wgmma.cu are
+// compiled for this device (sm_90a) and not switched off with
+// PARALLAX_CUDA_WGMMA=0.
+func (d *Device) wgmma() bool {
+	return archFor(d.g.ccMajor, d.g.ccMinor, d.g.nvrtcVersion[0], nil) == "sm_90a" && os.Getenv("PARALLAX_CUDA_WGMMA") != "0"
+}
 
 func fwdBN(d int) int {
 	if d >= 128 {
@@ -93,6 +107,20 @@ func (d *Device) Attention(a engine.AttentionArgs) error {
 		return nil
 	}
 	px := a.R != nil
+	if allBF16(a.Q, a.K, a.V, a.R, a.O, a.Vbar) && d.wgmma() && (dims.D == 64 || dims.D == 128) {
+		// attention_wgmma.cu: 128 query rows a block, two warpgroups,
+		// 64-key tiles double-buffered; 1 KiB for aligning the swizzled
+		// tiles.
+		nq := 1
+		if px {
+			nq = 2
+		}
+		smem := (wfwdBM*nq+4*wfwdBN)*dims.D*2 + 1024
+		return d.launch(wgmmaMod, fmt.Sprintf("attn_fwd_wgmma_d%d_%s", dims.D, kind(px)),
+			[3]int{(dims.Lq + wfwdBM - 1) / wfwdBM, dims.Hq, dims.B}, [3]int{256, 1, 1}, smem,
+			newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.O)).p(ptr(a.Vbar)).p(ptr(a.LSE)).p(ptr(a.Tbar)).
+				i(dims.Hq).i(dims.Hkv).i(dims.Lq).i(dims.Lk).f(dims.Scale).i(b2i(dims.Causal)).i(dims.Window))
+	}
 	if allBF16(a.Q, a.K, a.V, a.R, a.O, a.Vbar) && mmaD(dims.D) {
 		D, bn := dims.D, fwdBN(dims.D)
 		name := fmt.Sprintf("attn_fwd_mma_d%d_%s", D, kind(px))

@@ -35,6 +35,9 @@ var tcCases = []tcCase{
 	{1, 2, 1, 130, 130, 64, false, 0},
 	{1, 2, 2, 300, 300, 64, true, 70},
 	{2, 2, 1, 150, 150, 32, true, 0},
+	{1, 2, 1, 520, 520, 128, true, 0},
+	{1, 2, 2, 400, 400, 128, true, 100},
+	{1, 2, 2, 64, 1000, 128, false, 0},
 }
 
 // pair holds the same tensor on both devices.
@@ -142,19 +145,28 @@ func TestTensorCoreAttention(t *testing.T) {
 					w.check("vbar", vb, tol)
 					w.check("tbar", tb, tol)
 				}
-				if c.D == 128 { // the 32-key-tile variant of the forward
-					o64 := w.zeros(dt, qs...)
-					a := engine.AttentionArgs{Q: q.g, K: k.g, V: v.g, O: o64.g, AttentionOpts: opts}
+				// The other forward kernels on the same inputs: on Hopper the
+				// default above is attention_wgmma.cu, so these are the
+				// mma.sync kernels (64- and, for D = 128, 32-key tiles).
+				variants := []struct{ name, bn string }{{"o mma", ""}}
+				if c.D == 128 {
+					variants = append(variants, struct{ name, bn string }{"o bn32", "32"})
+				}
+				for _, vr := range variants {
+					ov := w.zeros(dt, qs...)
+					a := engine.AttentionArgs{Q: q.g, K: k.g, V: v.g, O: ov.g, AttentionOpts: opts}
 					if px {
 						a.R = r.g
 					}
-					os.Setenv("PARALLAX_CUDA_FWD_BN", "32")
+					t.Setenv("PARALLAX_CUDA_WGMMA", "0")
+					t.Setenv("PARALLAX_CUDA_FWD_BN", vr.bn)
 					err := gpu.Attention(a)
+					os.Unsetenv("PARALLAX_CUDA_WGMMA")
 					os.Unsetenv("PARALLAX_CUDA_FWD_BN")
 					if err != nil {
 						t.Fatal(err)
 					}
-					w.check("o bn32", pair{o64.g, o.c}, tol)
+					w.check(vr.name, pair{ov.g, o.c}, tol)
 				}
 				// Backward from the CPU's saved statistics on both sides.
 				g := w.up(dt, 1, qs...)

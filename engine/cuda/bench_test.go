@@ -211,14 +211,14 @@ func benchPrefill(t *testing.T, d *cuda.Device, emit func(map[string]any)) {
 			unit := float64(s.B*s.H) * float64(s.L) * float64(s.L) * float64(s.D) // one causal product = 2 flops x L^2/2 x D
 			tf, tb2 := pf*unit/(fwd*1e-3)/1e12, pb*unit/(both*1e-3)/1e12
 			t.Logf("%-9s %3d %3d %6d %4d %10.3f %9.0f %12.3f %9.0f", name, s.B, s.H, s.L, s.D, fwd, tf, both, tb2)
-			if s.D == 128 {
-				os.Setenv("PARALLAX_CUDA_FWD_BN", "32")
-				f64, err := d.Median(2, 10, nil, func() error { return d.Attention(fa) })
-				os.Unsetenv("PARALLAX_CUDA_FWD_BN")
-				must(t, err)
-				t.Logf("%-9s %3d %3d %6d %4d %10.3f %9.0f   (forward, 32-key tiles)", name, s.B, s.H, s.L, s.D, f64, pf*unit/(f64*1e-3)/1e12)
-				emit(map[string]any{"bench": "prefill_bn32", "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "fwd_ms": f64})
-			}
+			// The mma.sync forward on the same inputs (the default on Hopper
+			// is the wgmma kernel).
+			os.Setenv("PARALLAX_CUDA_WGMMA", "0")
+			fm, err := d.Median(2, 10, nil, func() error { return d.Attention(fa) })
+			os.Unsetenv("PARALLAX_CUDA_WGMMA")
+			must(t, err)
+			t.Logf("%-9s %3d %3d %6d %4d %10.3f %9.0f   (forward, mma.sync kernel)", name, s.B, s.H, s.L, s.D, fm, pf*unit/(fm*1e-3)/1e12)
+			emit(map[string]any{"bench": "prefill_mma", "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "fwd_ms": fm})
 			emit(map[string]any{"bench": "prefill", "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D,
 				"fwd_ms": fwd, "fwd_tflops": tf, "fwdbwd_ms": both, "fwdbwd_tflops": tb2})
 		}

@@ -8,6 +8,7 @@ import "C"
 import (
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"sync"
 	"unsafe"
@@ -141,8 +142,20 @@ func (g gpu) info() engine.DeviceInfo {
 			"driver":             fmt.Sprintf("%d.%d", g.driver/1000, g.driver%1000/10),
 			"nvrtc":              fmt.Sprintf("%d.%d", g.nvrtcVersion[0], g.nvrtcVersion[1]),
 			"compute":            "bf16/f16 tensor cores with f32 accumulation; f32 exact (no TF32)",
+			"attention path":     g.attentionPath(),
 		},
 	}
+}
+
+// attentionPath names the bf16 attention kernels this GPU runs.
+func (g gpu) attentionPath() string {
+	if archFor(g.ccMajor, g.ccMinor, g.nvrtcVersion[0], nil) == "sm_90a" {
+		if os.Getenv("PARALLAX_CUDA_WGMMA") == "0" {
+			return "mma.sync (wgmma switched off by PARALLAX_CUDA_WGMMA=0)"
+		}
+		return "wgmma forward (D 64/128) + mma.sync backward and decode"
+	}
+	return "mma.sync"
 }
 
 func (backend) Devices() ([]engine.DeviceInfo, error) {

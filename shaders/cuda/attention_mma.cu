@@ -40,19 +40,6 @@ __device__ __forceinline__ void load_rows(u16 *tile, const u16 *src, int r0, int
 	}
 }
 
-__device__ __forceinline__ void quad_max2(float *m) {
-#pragma unroll
-	for (int r = 0; r < 2; r++) {
-		m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
-		m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 2));
-	}
-}
-__device__ __forceinline__ float quad_sum(float v) {
-	v += __shfl_xor_sync(0xffffffffu, v, 1);
-	v += __shfl_xor_sync(0xffffffffu, v, 2);
-	return v;
-}
-
 // ---------------------------------------------------------------------
 // Forward: one block of 4 warps per 64 query rows of one (batch, head);
 // K/V tiles of BN keys double-buffered.

@@ -153,6 +153,21 @@ __device__ __forceinline__ void ldsm4t(u32 *r, const void *p) {
 	             : "r"(smem_addr(p)));
 }
 
+// quad_max2 and quad_sum reduce over the 4 lanes that share an accumulator
+// row (lanes 4g..4g+3).
+__device__ __forceinline__ void quad_max2(float *m) {
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
+		m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 2));
+	}
+}
+__device__ __forceinline__ float quad_sum(float v) {
+	v += __shfl_xor_sync(0xffffffffu, v, 1);
+	v += __shfl_xor_sync(0xffffffffu, v, 2);
+	return v;
+}
+
 // cp_async16 copies 16 bytes global -> shared, reading src_bytes of them
 // (0 or 16) and zero-filling the rest.
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {

@@ -12,3 +12,5 @@ import "embed"
 //
 //go:embed *.cu *.cuh
 var FS embed.FS
+
+//go:generate sh -c "go run ./internal/wgmmagen > wgmma.cuh"

@@ -37,6 +37,66 @@ const (
 	wfwdBN = 64
 )
 
+// Tile sizes of attention_wgmma.cu's backward: 128 keys a block, query
+// tiles of 64 rows.
+const (
+	wbwdBK = 128
+	wbwdBQ = 64
+)
+
+// wbwdSmem is the dynamic shared memory of attn_dkv_wgmma: K and V, two
+// buffers of the Q, dO (and R) tiles and their four row statistics, with
+// dq the two warpgroups' dS and dT tiles, and 1 KiB for alignment.
+func wbwdSmem(D int, px, dq bool) int {
+	nq := 2
+	if px {
+		nq = 3
+	}
+	n := 2*wbwdBK*D*2 + 2*nq*wbwdBQ*D*2 + 2*4*wbwdBQ*4 + 1024
+	if dq {
+		n += 2 * 2 * 64 * 64 * 2
+	}
+	return n
+}
+
+// attnBwdFused is the Hopper backward after the row pre-pass: one kernel
+// computes dK and dV and adds dQ and dR into zeroed f32 buffers, which are
+// then rounded to bf16.
+func (d *Device) attnBwdFused(a engine.AttentionBackwardArgs, scale float32, causal bool, window int,
+	B, Hq, Hkv, Lq, Lk, D int, T, Bv uint64) error {
+	px := a.R != nil
+	n := int64(B*Hq*Lq) * int64(D)
+	nb := int64(1)
+	if px {
+		nb = 2
+	}
+	acc, err := d.scratch(nb * n * 4)
+	if err != nil {
+		return err
+	}
+	defer d.alloc.put(acc)
+	if err := d.zero(acc.ptr, nb*n*4); err != nil {
+		return err
+	}
+	dqf, drf := acc.ptr, uint64(0)
+	if px {
+		drf = acc.ptr + uint64(n)*4
+	}
+	if err := d.launch(wgmmaMod, fmt.Sprintf("attn_dkv_wgmma_d%d_%s_dq", D, kind(px)),
+		[3]int{(Lk + wbwdBK - 1) / wbwdBK, Hkv, B}, [3]int{256, 1, 1}, wbwdSmem(D, px, true),
+		newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.DO)).p(ptr(a.LSE)).p(T).p(Bv).p(ptr(a.Tbar)).
+			p(ptr(a.DK)).p(ptr(a.DV)).p(dqf).p(drf).i(Hq).i(Hkv).i(Lq).i(Lk).f(scale).i(b2i(causal)).i(window)); err != nil {
+		return err
+	}
+	if err := d.castRaw(ptr(a.DQ), a.DQ.DType(), dqf, engine.F32, n); err != nil {
+		return err
+	}
+	if !px {
+		return nil
+	}
+	return d.castRaw(ptr(a.DR), a.DR.DType(), drf, engine.F32, n)
+}
+
 // wgmma reports whether the Hopper kernels of attention_wgmma.cu are
 // compiled for this device (sm_90a) and not switched off with
 // PARALLAX_CUDA_WGMMA=0.
@@ -201,7 +261,12 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 	common := func(x *args) *args {
 		return x.i(Hq).i(Hkv).i(Lq).i(Lk).f(dims.Scale).i(b2i(dims.Causal)).i(dims.Window)
 	}
-	if allBF16(a.Q, a.K, a.V, a.R, a.O, a.DO, a.Vbar, a.DQ, a.DK, a.DV, a.DR) && mmaD(D) {
+	bf16 := allBF16(a.Q, a.K, a.V, a.R, a.O, a.DO, a.Vbar, a.DQ, a.DK, a.DV, a.DR)
+	split := os.Getenv("PARALLAX_CUDA_BWD") == "split"
+	if bf16 && d.wgmma() && (D == 64 || D == 128) && !split {
+		return d.attnBwdFused(a, dims.Scale, dims.Causal, dims.Window, B, Hq, Hkv, Lq, Lk, D, T, Bv)
+	}
+	if bf16 && mmaD(D) {
 		sd, bn, bq := D+8, fwdBN(D), fwdBN(D)
 		nq := 2
 		if px {
@@ -217,6 +282,11 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 		}
 		if Lk == 0 {
 			return nil
+		}
+		if d.wgmma() && (D == 64 || D == 128) {
+			return d.launch(wgmmaMod, fmt.Sprintf("attn_dkv_wgmma_d%d_%s", D, kind(px)),
+				[3]int{(Lk + wbwdBK - 1) / wbwdBK, Hkv, B}, [3]int{256, 1, 1}, wbwdSmem(D, px, false),
+				common(in().p(ptr(a.DK)).p(ptr(a.DV)).p(0).p(0)))
 		}
 		smemKV := (2*64*sd+2*bq*sd*nq)*2 + 2*4*bq*4
 		return d.launch(mmaMod, fmt.Sprintf("attn_dkv_mma_d%d_%s", D, kind(px)),

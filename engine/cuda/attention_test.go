@@ -168,27 +168,12 @@ func TestTensorCoreAttention(t *testing.T) {
 					}
 					w.check(vr.name, pair{ov.g, o.c}, tol)
 				}
-				// Backward from the CPU's saved statistics on both sides.
+				// Backward, each side from its own forward's statistics, the
+				// GPU once per kernel set: the default (on Hopper the fused
+				// wgmma kernel), the wgmma dK/dV kernel with the mma.sync dQ
+				// kernel, and the mma.sync kernels alone.
 				g := w.up(dt, 1, qs...)
-				dq, dk, dv := w.zeros(dt, qs...), w.zeros(dt, ks...), w.zeros(dt, ks...)
-				var dr pair
-				if px {
-					dr = w.zeros(dt, qs...)
-				}
-				for _, side := range []int{0, 1} {
-					pick := func(p pair) *engine.Tensor {
-						if p.g == nil {
-							return nil
-						}
-						if side == 0 {
-							return p.g
-						}
-						return p.c
-					}
-					var dev engine.Device = gpu
-					if side == 1 {
-						dev = w.cpu
-					}
+				back := func(dev engine.Device, pick func(pair) *engine.Tensor, dq, dk, dv, dr pair) {
 					a := engine.AttentionBackwardArgs{Q: pick(q), K: pick(k), V: pick(v), R: pick(r), O: pick(o), DO: pick(g),
 						LSE: pick(lse), Vbar: pick(vb), Tbar: pick(tb), DQ: pick(dq), DK: pick(dk), DV: pick(dv), DR: pick(dr),
 						AttentionOpts: opts}
@@ -196,11 +181,31 @@ func TestTensorCoreAttention(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				w.check("dq", dq, tol)
-				w.check("dk", dk, tol)
-				w.check("dv", dv, tol)
-				if px {
-					w.check("dr", dr, tol)
+				grads := func() (dq, dk, dv, dr pair) {
+					dq, dk, dv = w.zeros(dt, qs...), w.zeros(dt, ks...), w.zeros(dt, ks...)
+					if px {
+						dr = w.zeros(dt, qs...)
+					}
+					return
+				}
+				dq, dk, dv, dr := grads()
+				back(w.cpu, func(p pair) *engine.Tensor {
+					if p.g == nil {
+						return nil
+					}
+					return p.c
+				}, dq, dk, dv, dr)
+				for _, vr := range []struct{ name, wgmma, bwd string }{{"", "", ""}, {" split", "", "split"}, {" mma", "0", ""}} {
+					t.Setenv("PARALLAX_CUDA_WGMMA", vr.wgmma)
+					t.Setenv("PARALLAX_CUDA_BWD", vr.bwd)
+					gq, gk, gv, gr := grads()
+					back(gpu, func(p pair) *engine.Tensor { return p.g }, gq, gk, gv, gr)
+					w.check("dq"+vr.name, pair{gq.g, dq.c}, tol)
+					w.check("dk"+vr.name, pair{gk.g, dk.c}, tol)
+					w.check("dv"+vr.name, pair{gv.g, dv.c}, tol)
+					if px {
+						w.check("dr"+vr.name, pair{gr.g, dr.c}, tol)
+					}
 				}
 			})
 		}

@@ -219,6 +219,24 @@ func benchPrefill(t *testing.T, d *cuda.Device, emit func(map[string]any)) {
 			must(t, err)
 			t.Logf("%-9s %3d %3d %6d %4d %10.3f %9.0f   (forward, mma.sync kernel)", name, s.B, s.H, s.L, s.D, fm, pf*unit/(fm*1e-3)/1e12)
 			emit(map[string]any{"bench": "prefill_mma", "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "fwd_ms": fm})
+			for _, mode := range []string{"split", "mma"} {
+				if mode == "split" {
+					os.Setenv("PARALLAX_CUDA_BWD", "split")
+				} else {
+					os.Setenv("PARALLAX_CUDA_WGMMA", "0")
+				}
+				bm, err := d.Median(2, 10, nil, func() error {
+					if err := d.Attention(fa); err != nil {
+						return err
+					}
+					return d.AttentionBackward(ba)
+				})
+				os.Unsetenv("PARALLAX_CUDA_BWD")
+				os.Unsetenv("PARALLAX_CUDA_WGMMA")
+				must(t, err)
+				t.Logf("%-9s %3d %3d %6d %4d %10s %9s %12.3f %9.0f   (%s backward kernels)", name, s.B, s.H, s.L, s.D, "", "", bm, pb*unit/(bm*1e-3)/1e12, mode)
+				emit(map[string]any{"bench": "prefill_bwd_" + mode, "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "fwdbwd_ms": bm})
+			}
 			emit(map[string]any{"bench": "prefill", "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D,
 				"fwd_ms": fwd, "fwd_tflops": tf, "fwdbwd_ms": both, "fwdbwd_tflops": tb2})
 		}

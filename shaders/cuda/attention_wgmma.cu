@@ -244,4 +244,211 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 WFWD(64, 64)
 WFWD(128, 64)
 
+// red_add2 adds (a, b) to p[0], p[1] (8-byte aligned) without returning.
+__device__ __forceinline__ void red_add2(float *p, float a, float b) {
+	asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+
+// ---------------------------------------------------------------------
+// Backward, column-parallel: one block of two warpgroups per 128 keys of
+// one (batch, KV head), each warpgroup 64 keys; it loops over the query
+// tiles (64 rows) of every query head of the GQA group that see its keys,
+// so dK and dV accumulate in registers without atomics. Per tile a
+// warpgroup computes the transposed tiles S^T = K Q^T, T^T = K R^T and
+// A^T = V dO^T (keys as rows), then, with the saved statistics of the
+// tile's rows (spec section 4),
+//   dS = p (a - T + (tbar - t)(a - Bv)),  dT = -p (a - Bv),
+//   Pe = p (1 + tbar - t),
+// and dV += Pe^T dO, dK += scale dS^T Q + dT^T R from register operands.
+// With DQ it also stores scale dS and dT (bf16) in shared memory and adds
+// dQ = scale dS K and dR = dT K of its 64 keys to f32 buffers with
+// vector reductions: 8 products per tile instead of the 11 of a separate
+// dq kernel that recomputes S, T and A.
+// ---------------------------------------------------------------------
+template <int D, bool PX, bool DQ>
+__device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_,
+                                          const float *LSE, const float *T, const float *BV, const float *TB, u16 *DK,
+                                          u16 *DV, float *DQf, float *DRf, int Hq, int Hkv, int Lq, int Lk, float scale,
+                                          int causal, int window) {
+	constexpr int BK = 128, BQ = 64, KB = BK * D * 2, QB = BQ * D * 2, NQ = PX ? 3 : 2;
+	extern __shared__ __align__(1024) unsigned char smem[];
+	const u32 base = (smem_addr(smem) + 1023) & ~1023u;
+	unsigned char *gbase = smem + (base - smem_addr(smem));
+	// [K][V][2 x (Q, dO, R)][2 x 4 x BQ stats][2 warpgroups x (dS, dT)]
+	const u32 aK = base, aV = aK + KB, aQ0 = aV + KB;
+	float *st = (float *)(gbase + 2 * KB + 2 * NQ * QB); // lse*log2e, T, Bv, tbar
+	const u32 aDS = base + 2 * KB + 2 * NQ * QB + 2 * 4 * BQ * 4;
+	const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+	const int j0 = blockIdx.x * BK, hk = blockIdx.y, b = blockIdx.z, G = Hq / Hkv;
+	const i64 ko = ((i64)b * Hkv + hk) * Lk * D;
+	const int off = Lk - Lq, jEnd = min(j0 + BK, Lk);
+	int iLo = 0, iHi = Lq;
+	if (causal) {
+		iLo = max(0, j0 - off);
+		if (window > 0) iHi = min(Lq, jEnd - off - 1 + window);
+	}
+	const int q0 = iLo / BQ * BQ;
+	const int nq = iHi > iLo ? (iHi - q0 + BQ - 1) / BQ : 0;
+	const int ntiles = nq * G;
+	const int wj0 = j0 + wg * 64; // this warpgroup's keys [wj0, wj0 + 64)
+
+	load_sw<D>(aK, K + ko, j0, BK, Lk, tid, 256);
+	load_sw<D>(aV, V + ko, j0, BK, Lk, tid, 256);
+	auto load_tile = [&](int t, int buf) {
+		int gg = t / nq, qt = t % nq;
+		int h = hk * G + gg, r0 = q0 + qt * BQ;
+		i64 qo = ((i64)b * Hq + h) * Lq * D, so = ((i64)b * Hq + h) * Lq;
+		u32 at = aQ0 + buf * NQ * QB;
+		load_sw<D>(at, Q + qo, r0, BQ, Lq, tid, 256);
+		load_sw<D>(at + QB, G_ + qo, r0, BQ, Lq, tid, 256);
+		if (PX) load_sw<D>(at + 2 * QB, R + qo, r0, BQ, Lq, tid, 256);
+		float *sb = st + buf * 4 * BQ;
+		for (int c = tid; c < BQ; c += 256) {
+			int i = r0 + c;
+			bool ok = i < Lq;
+			float l = ok ? LSE[so + i] : NEG_INF;
+			sb[c] = l == NEG_INF ? __int_as_float(0x7f800000) : l * LOG2E; // no key: p = 0
+			sb[BQ + c] = ok ? T[so + i] : 0.0f;
+			sb[2 * BQ + c] = ok && PX ? BV[so + i] : 0.0f;
+			sb[3 * BQ + c] = ok && PX ? TB[so + i] : 0.0f;
+		}
+	};
+	if (ntiles > 0) load_tile(0, 0);
+	cp_async_commit();
+
+	const float sl2 = scale * LOG2E;
+	float ak[D / 2], av[D / 2];
+#pragma unroll
+	for (int i = 0; i < D / 2; i++) ak[i] = av[i] = 0;
+	const int jr0 = wj0 + warp * 16 + g; // keys of this thread's rows: jr0, jr0 + 8
+	const u32 wK = aK + wg * 64 * 128, wV = aV + wg * 64 * 128;
+	const u32 wDS = aDS + wg * 2 * 64 * 128, wDT = wDS + 64 * 128;
+	unsigned char *gDS = gbase + (wDS - base), *gDT = gbase + (wDT - base);
+
+	for (int t = 0; t < ntiles; t++) {
+		if (t + 1 < ntiles) load_tile(t + 1, (t + 1) & 1);
+		cp_async_commit();
+		cp_async_wait<1>();
+		async_fence();
+		__syncthreads();
+		const int buf = t & 1, gg = t / nq, r0 = q0 + (t % nq) * BQ;
+		const u32 qs = aQ0 + buf * NQ * QB, gs = qs + QB, rs = qs + 2 * QB;
+		const float *sb = st + buf * 4 * BQ;
+		bool live = wj0 < Lk;
+		if (causal) {
+			live = live && wj0 <= r0 + BQ - 1 + off;
+			if (window > 0) live = live && wj0 + 63 > r0 + off - window;
+		}
+		if (live) { // uniform per warpgroup
+			float s[BQ / 2], aa[BQ / 2], tt[PX ? BQ / 2 : 1];
+			wg_fence();
+			mma_qk<BQ, D>(s, wK, BK, qs);
+			mma_qk<BQ, D>(aa, wV, BK, gs);
+			if (PX) mma_qk<BQ, D>(tt, wK, BK, rs);
+			wg_commit();
+			wg_wait<0>();
+			u32 as[BQ / 16][4], ap[BQ / 16][4], at[PX ? BQ / 16 : 1][4];
+#pragma unroll
+			for (int i = 0; i < BQ / 2; i += 2) {
+				float ds[2], dt[2], pe[2];
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					int c = (i >> 2) * 8 + tq * 2 + e, qi = r0 + c, j = jr0 + 8 * ((i >> 1) & 1);
+					bool ok = qi < Lq && j < Lk;
+					if (causal) ok = ok && j <= qi + off && (window <= 0 || j > qi + off - window);
+					float p = ok ? exp2f(s[i + e] * sl2 - sb[c]) : 0.0f;
+					float a = aa[i + e];
+					if (PX) {
+						float ab = a - sb[2 * BQ + c], tb = sb[3 * BQ + c], tv = tt[i + e];
+						ds[e] = scale * p * (a - sb[BQ + c] + (tb - tv) * ab);
+						dt[e] = -p * ab;
+						pe[e] = p * (1 + tb - tv);
+					} else {
+						ds[e] = scale * p * (a - sb[BQ + c]);
+						pe[e] = p;
+					}
+				}
+				int k2 = i >> 3, q = ((i >> 1) & 1) | (((i >> 2) & 1) << 1);
+				as[k2][q] = pack2(ds[0], ds[1]);
+				ap[k2][q] = pack2(pe[0], pe[1]);
+				if (PX) at[k2][q] = pack2(dt[0], dt[1]);
+			}
+			wg_fence();
+			mma_pv<D, BQ>(av, ap, gs);
+			mma_pv<D, BQ>(ak, as, qs);
+			if (PX) mma_pv<D, BQ>(ak, at, rs);
+			wg_commit();
+			if (DQ) {
+				// scale dS and dT as [key][query] tiles: the MN-major A
+				// operand of dQ = dS K.
+#pragma unroll
+				for (int k2 = 0; k2 < BQ / 16; k2++)
+#pragma unroll
+					for (int q = 0; q < 4; q++) {
+						int row = warp * 16 + g + 8 * (q & 1), col = k2 * 16 + 8 * (q >> 1) + 2 * tq;
+						int o = row * 128 + ((((col >> 3) ^ (row & 7))) << 4) + (col & 7) * 2;
+						*(u32 *)(gDS + o) = as[k2][q];
+						if (PX) *(u32 *)(gDT + o) = at[k2][q];
+					}
+			}
+			wg_wait<0>();
+			if (DQ) {
+				async_fence();
+				asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory");
+				const int h = hk * G + gg;
+				float *dqrow = DQf + ((i64)b * Hq + h) * Lq * D, *drrow = DRf + ((i64)b * Hq + h) * Lq * D;
+#pragma unroll
+				for (int pass = 0; pass < (PX ? 2 : 1); pass++) {
+					float dq[D / 2];
+					wg_fence();
+#pragma unroll
+					for (int ks = 0; ks < 4; ks++) {
+						u64 da = sw_desc((pass ? wDT : wDS) + ks * 16 * 128, 64 * 128);
+						u64 db = sw_desc(wK + ks * 16 * 128, BK * 128);
+						if (D == 128) wgmma_ss_n128_t11(dq, da, db, ks > 0);
+						else wgmma_ss_n64_t11(dq, da, db, ks > 0);
+					}
+					wg_commit();
+					wg_wait<0>();
+					float *dst = pass ? drrow : dqrow;
+#pragma unroll
+					for (int i = 0; i < D / 2; i += 2) {
+						int qi = r0 + warp * 16 + g + 8 * ((i >> 1) & 1), c = (i >> 2) * 8 + tq * 2;
+						if (qi < Lq) red_add2(dst + (i64)qi * D + c, dq[i], dq[i + 1]);
+					}
+				}
+			}
+		}
+		__syncthreads();
+	}
+	cp_async_wait<0>();
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		int j = jr0 + 8 * r;
+		if (j >= Lk) continue;
+#pragma unroll
+		for (int n = 0; n < D / 8; n++) {
+			int c = n * 8 + tq * 2;
+			*(u32 *)(DK + ko + (i64)j * D + c) = pack2(ak[n * 4 + 2 * r], ak[n * 4 + 2 * r + 1]);
+			*(u32 *)(DV + ko + (i64)j * D + c) = pack2(av[n * 4 + 2 * r], av[n * 4 + 2 * r + 1]);
+		}
+	}
+}
+
+#define WDKV(D, PXN, PX, DQ, SUF)                                                                                       \
+	extern "C" __global__ void __launch_bounds__(256, 1) attn_dkv_wgmma_d##D##_##PXN##SUF(                             \
+	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_, const float *LSE, const float *T,       \
+	    const float *BV, const float *TB, u16 *DK, u16 *DV, float *DQf, float *DRf, int Hq, int Hkv, int Lq, int Lk,   \
+	    float scale, int causal, int window) {                                                                          \
+		wdkv_impl<D, PX, DQ>(Q, R, K, V, G_, LSE, T, BV, TB, DK, DV, DQf, DRf, Hq, Hkv, Lq, Lk, scale, causal, window); \
+	}
+WDKV(64, px, true, true, _dq)
+WDKV(64, sm, false, true, _dq)
+WDKV(128, px, true, true, _dq)
+WDKV(128, sm, false, true, _dq)
+WDKV(64, px, true, false, )
+WDKV(64, sm, false, false, )
+WDKV(128, px, true, false, )
+WDKV(128, sm, false, false, )
+
 #endif // __CUDA_ARCH_FEAT_SM90_ALL

@@ -262,8 +262,12 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 		return x.i(Hq).i(Hkv).i(Lq).i(Lk).f(dims.Scale).i(b2i(dims.Causal)).i(dims.Window)
 	}
 	bf16 := allBF16(a.Q, a.K, a.V, a.R, a.O, a.DO, a.Vbar, a.DQ, a.DK, a.DV, a.DR)
-	split := os.Getenv("PARALLAX_CUDA_BWD") == "split"
-	if bf16 && d.wgmma() && (D == 64 || D == 128) && !split {
+	// On Hopper: wgmma dq/dr and dk/dv kernels; PARALLAX_CUDA_BWD=split
+	// takes the mma.sync dq/dr kernel instead, =fused the one-kernel
+	// backward with f32 dq/dr reductions (attnBwdFused).
+	mode := os.Getenv("PARALLAX_CUDA_BWD")
+	hopper := bf16 && d.wgmma() && (D == 64 || D == 128)
+	if hopper && mode == "fused" {
 		return d.attnBwdFused(a, dims.Scale, dims.Causal, dims.Window, B, Hq, Hkv, Lq, Lk, D, T, Bv)
 	}
 	if bf16 && mmaD(D) {
@@ -275,15 +279,22 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 		in := func() *args {
 			return newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.DO)).p(ptr(a.LSE)).p(T).p(Bv).p(ptr(a.Tbar))
 		}
-		smemQ := (fwdBM*sd*nq + 4*bn*sd) * 2
-		if err := d.launch(mmaMod, fmt.Sprintf("attn_dq_mma_d%d_%s", D, kind(px)),
-			[3]int{(Lq + fwdBM - 1) / fwdBM, Hq, B}, threads128, smemQ, common(in().p(ptr(a.DQ)).p(ptr(a.DR)))); err != nil {
+		var err error
+		if hopper && mode != "split" {
+			name, wbn := fmt.Sprintf("attn_dq_wgmma_d%d_%s", D, kind(px)), 64
+			if D == 128 && os.Getenv("PARALLAX_CUDA_DQ_BN") == "32" {
+				name, wbn = fmt.Sprintf("attn_dq_wgmma_d%d_bn32_%s", D, kind(px)), 32
+			}
+			err = d.launch(wgmmaMod, name, [3]int{(Lq + wfwdBM - 1) / wfwdBM, Hq, B}, [3]int{256, 1, 1},
+				(wfwdBM*nq+4*wbn)*D*2+1024, common(in().p(ptr(a.DQ)).p(ptr(a.DR))))
+		} else {
+			err = d.launch(mmaMod, fmt.Sprintf("attn_dq_mma_d%d_%s", D, kind(px)), [3]int{(Lq + fwdBM - 1) / fwdBM, Hq, B},
+				threads128, (fwdBM*sd*nq+4*bn*sd)*2, common(in().p(ptr(a.DQ)).p(ptr(a.DR))))
+		}
+		if err != nil || Lk == 0 {
 			return err
 		}
-		if Lk == 0 {
-			return nil
-		}
-		if d.wgmma() && (D == 64 || D == 128) {
+		if hopper {
 			return d.launch(wgmmaMod, fmt.Sprintf("attn_dkv_wgmma_d%d_%s", D, kind(px)),
 				[3]int{(Lk + wbwdBK - 1) / wbwdBK, Hkv, B}, [3]int{256, 1, 1}, wbwdSmem(D, px, false),
 				common(in().p(ptr(a.DK)).p(ptr(a.DV)).p(0).p(0)))

@@ -169,9 +169,10 @@ func TestTensorCoreAttention(t *testing.T) {
 					w.check(vr.name, pair{ov.g, o.c}, tol)
 				}
 				// Backward, each side from its own forward's statistics, the
-				// GPU once per kernel set: the default (on Hopper the fused
-				// wgmma kernel), the wgmma dK/dV kernel with the mma.sync dQ
-				// kernel, and the mma.sync kernels alone.
+				// GPU once per kernel set: the default (on Hopper the wgmma
+				// kernels), its dq kernel with 32-key tiles, the one-kernel
+				// backward with dq reductions, the wgmma dK/dV kernel with
+				// the mma.sync dQ kernel, and the mma.sync kernels alone.
 				g := w.up(dt, 1, qs...)
 				back := func(dev engine.Device, pick func(pair) *engine.Tensor, dq, dk, dv, dr pair) {
 					a := engine.AttentionBackwardArgs{Q: pick(q), K: pick(k), V: pick(v), R: pick(r), O: pick(o), DO: pick(g),
@@ -195,9 +196,11 @@ func TestTensorCoreAttention(t *testing.T) {
 					}
 					return p.c
 				}, dq, dk, dv, dr)
-				for _, vr := range []struct{ name, wgmma, bwd string }{{"", "", ""}, {" split", "", "split"}, {" mma", "0", ""}} {
+				for _, vr := range []struct{ name, wgmma, bwd, dqbn string }{
+					{"", "", "", ""}, {" dq32", "", "", "32"}, {" fused", "", "fused", ""}, {" split", "", "split", ""}, {" mma", "0", "", ""}} {
 					t.Setenv("PARALLAX_CUDA_WGMMA", vr.wgmma)
 					t.Setenv("PARALLAX_CUDA_BWD", vr.bwd)
+					t.Setenv("PARALLAX_CUDA_DQ_BN", vr.dqbn)
 					gq, gk, gv, gr := grads()
 					back(gpu, func(p pair) *engine.Tensor { return p.g }, gq, gk, gv, gr)
 					w.check("dq"+vr.name, pair{gq.g, dq.c}, tol)

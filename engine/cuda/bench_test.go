@@ -219,10 +219,16 @@ func benchPrefill(t *testing.T, d *cuda.Device, emit func(map[string]any)) {
 			must(t, err)
 			t.Logf("%-9s %3d %3d %6d %4d %10.3f %9.0f   (forward, mma.sync kernel)", name, s.B, s.H, s.L, s.D, fm, pf*unit/(fm*1e-3)/1e12)
 			emit(map[string]any{"bench": "prefill_mma", "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "fwd_ms": fm})
-			for _, mode := range []string{"split", "mma"} {
-				if mode == "split" {
-					os.Setenv("PARALLAX_CUDA_BWD", "split")
-				} else {
+			for _, mode := range []string{"fused", "dq32", "mma"} {
+				switch mode {
+				case "fused":
+					os.Setenv("PARALLAX_CUDA_BWD", "fused")
+				case "dq32":
+					if s.D != 128 {
+						continue
+					}
+					os.Setenv("PARALLAX_CUDA_DQ_BN", "32")
+				default:
 					os.Setenv("PARALLAX_CUDA_WGMMA", "0")
 				}
 				bm, err := d.Median(2, 10, nil, func() error {
@@ -233,6 +239,7 @@ func benchPrefill(t *testing.T, d *cuda.Device, emit func(map[string]any)) {
 				})
 				os.Unsetenv("PARALLAX_CUDA_BWD")
 				os.Unsetenv("PARALLAX_CUDA_WGMMA")
+				os.Unsetenv("PARALLAX_CUDA_DQ_BN")
 				must(t, err)
 				t.Logf("%-9s %3d %3d %6d %4d %10s %9s %12.3f %9.0f   (%s backward kernels)", name, s.B, s.H, s.L, s.D, "", "", bm, pb*unit/(bm*1e-3)/1e12, mode)
 				emit(map[string]any{"bench": "prefill_bwd_" + mode, "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "fwdbwd_ms": bm})

@@ -153,7 +153,7 @@ func (g gpu) attentionPath() string {
 		if os.Getenv("PARALLAX_CUDA_WGMMA") == "0" {
 			return "mma.sync (wgmma switched off by PARALLAX_CUDA_WGMMA=0)"
 		}
-		return "wgmma forward (D 64/128) + mma.sync backward and decode"
+		return "wgmma forward and backward (bf16, D 64/128) + mma.sync decode and other head sizes"
 	}
 	return "mma.sync"
 }

@@ -451,4 +451,151 @@ WDKV(64, sm, false, false, )
 WDKV(128, px, true, false, )
 WDKV(128, sm, false, false, )
 
+// ---------------------------------------------------------------------
+// Backward, row-parallel: dq = scale sum dS k, dr = sum dT k. One block of
+// two warpgroups per 128 query rows (64 each), K/V tiles of BN keys
+// double-buffered. Per tile a warpgroup recomputes S = Q K^T, T = R K^T
+// and A = dO V^T, forms dS and dT with its rows' statistics held in
+// registers, and issues dQ += dS K and dR += dT K with dS, dT as register
+// operands (K read MN-major from the same tile).
+// ---------------------------------------------------------------------
+template <int D, int BN, bool PX>
+__device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_,
+                                         const float *LSE, const float *T, const float *BV, const float *TB, u16 *DQ,
+                                         u16 *DR, int Hq, int Hkv, int Lq, int Lk, float scale, int causal, int window) {
+	constexpr int BM = 128, QB = BM * D * 2, KB = BN * D * 2, NQ = PX ? 3 : 2;
+	extern __shared__ __align__(1024) unsigned char smem[];
+	const u32 base = (smem_addr(smem) + 1023) & ~1023u;
+	const u32 aQ = base, aG = aQ + QB, aR = aG + QB, aK = aQ + NQ * QB, aV = aK + 2 * KB;
+	const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+	const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
+	const int h = blockIdx.y, b = blockIdx.z, hk = h / (Hq / Hkv);
+	const i64 qo = ((i64)b * Hq + h) * Lq * D, ko = ((i64)b * Hkv + hk) * Lk * D, so = ((i64)b * Hq + h) * Lq;
+	const int off = Lk - Lq, rowEnd = min(m0 + BM, Lq);
+	const int hiB = causal ? min(Lk, rowEnd + off) : Lk;
+	const int loB = (causal && window > 0) ? max(0, m0 + off + 1 - window) : 0;
+	const int t0 = loB / BN * BN;
+	const int ntiles = hiB > loB ? (hiB - t0 + BN - 1) / BN : 0;
+	const int w0 = m0 + wg * 64, wEnd = min(w0 + 64, Lq);
+	const int wHi = causal ? min(Lk, wEnd + off) : Lk;
+	const int wLo = (causal && window > 0) ? max(0, w0 + off + 1 - window) : 0;
+	const int firstHi = causal ? min(Lk, w0 + off + 1) : Lk;
+	const int lastLo = (causal && window > 0) ? max(0, wEnd + off - window) : 0;
+
+	load_sw<D>(aQ, Q + qo, m0, BM, Lq, tid, 256);
+	load_sw<D>(aG, G_ + qo, m0, BM, Lq, tid, 256);
+	if (PX) load_sw<D>(aR, R + qo, m0, BM, Lq, tid, 256);
+	if (ntiles > 0) {
+		load_sw<D>(aK, K + ko, t0, BN, Lk, tid, 256);
+		load_sw<D>(aV, V + ko, t0, BN, Lk, tid, 256);
+	}
+	cp_async_commit();
+
+	const float sl2 = scale * LOG2E;
+	const int i0 = w0 + warp * 16 + g;
+	int hiR[2], loR[2];
+	float lse[2], tr[2], bv[2], tbr[2];
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		int i = i0 + 8 * r;
+		bool ok = i < Lq;
+		hiR[r] = causal ? min(Lk, i + off + 1) : Lk;
+		loR[r] = (causal && window > 0) ? i + off + 1 - window : 0;
+		float l = ok ? LSE[so + i] : NEG_INF;
+		lse[r] = l == NEG_INF ? __int_as_float(0x7f800000) : l * LOG2E; // no key: p = 0
+		tr[r] = ok ? T[so + i] : 0.0f;
+		bv[r] = ok && PX ? BV[so + i] : 0.0f;
+		tbr[r] = ok && PX ? TB[so + i] : 0.0f;
+	}
+	float dq[D / 2], dr[PX ? D / 2 : 1];
+#pragma unroll
+	for (int i = 0; i < D / 2; i++) {
+		dq[i] = 0;
+		if (PX) dr[i] = 0;
+	}
+	const u32 wQ = aQ + wg * 64 * 128, wG = aG + wg * 64 * 128, wR = aR + wg * 64 * 128;
+
+	for (int t = 0; t < ntiles; t++) {
+		if (t + 1 < ntiles) {
+			u32 nb = ((t + 1) & 1) * KB;
+			load_sw<D>(aK + nb, K + ko, t0 + (t + 1) * BN, BN, Lk, tid, 256);
+			load_sw<D>(aV + nb, V + ko, t0 + (t + 1) * BN, BN, Lk, tid, 256);
+		}
+		cp_async_commit();
+		cp_async_wait<1>();
+		async_fence();
+		__syncthreads();
+		const int j0 = t0 + t * BN;
+		if (j0 < wHi && j0 + BN > wLo) { // uniform per warpgroup
+			const u32 ks = aK + (t & 1) * KB, vs = aV + (t & 1) * KB;
+			float s[BN / 2], aa[BN / 2], tt[PX ? BN / 2 : 1];
+			wg_fence();
+			mma_qk<BN, D>(s, wQ, BM, ks);
+			mma_qk<BN, D>(aa, wG, BM, vs);
+			if (PX) mma_qk<BN, D>(tt, wR, BM, ks);
+			wg_commit();
+			wg_wait<0>();
+			const bool edge = j0 + BN > firstHi || j0 < lastLo;
+			u32 as[BN / 16][4], at[PX ? BN / 16 : 1][4];
+#pragma unroll
+			for (int i = 0; i < BN / 2; i += 2) {
+				const int r = (i >> 1) & 1;
+				float ds[2], dt[2];
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					int j = j0 + (i >> 2) * 8 + tq * 2 + e;
+					float p = exp2f(s[i + e] * sl2 - lse[r]);
+					if (edge && (j >= hiR[r] || j < loR[r])) p = 0.0f;
+					float a = aa[i + e];
+					if (PX) {
+						float ab = a - bv[r];
+						ds[e] = scale * p * (a - tr[r] + (tbr[r] - tt[i + e]) * ab);
+						dt[e] = -p * ab;
+					} else {
+						ds[e] = scale * p * (a - tr[r]);
+					}
+				}
+				int k2 = i >> 3, q = r | (((i >> 2) & 1) << 1);
+				as[k2][q] = pack2(ds[0], ds[1]);
+				if (PX) at[k2][q] = pack2(dt[0], dt[1]);
+			}
+			wg_fence();
+			mma_pv<D, BN>(dq, as, ks);
+			if (PX) mma_pv<D, BN>(dr, at, ks);
+			wg_commit();
+			wg_wait<0>();
+		}
+		__syncthreads();
+	}
+	cp_async_wait<0>();
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		int i = i0 + 8 * r;
+		if (i >= Lq) continue;
+#pragma unroll
+		for (int n = 0; n < D / 8; n++) {
+			int c = n * 8 + tq * 2;
+			*(u32 *)(DQ + qo + (i64)i * D + c) = pack2(dq[n * 4 + 2 * r], dq[n * 4 + 2 * r + 1]);
+			if (PX) *(u32 *)(DR + qo + (i64)i * D + c) = pack2(dr[n * 4 + 2 * r], dr[n * 4 + 2 * r + 1]);
+		}
+	}
+}
+
+#define WDQ(D, BN, SUF)                                                                                                 \
+	extern "C" __global__ void __launch_bounds__(256, 1) attn_dq_wgmma_d##D##SUF##_px(                                 \
+	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_, const float *LSE, const float *T,       \
+	    const float *BV, const float *TB, u16 *DQ, u16 *DR, int Hq, int Hkv, int Lq, int Lk, float scale, int causal,  \
+	    int window) {                                                                                                   \
+		wdq_impl<D, BN, true>(Q, R, K, V, G_, LSE, T, BV, TB, DQ, DR, Hq, Hkv, Lq, Lk, scale, causal, window);        \
+	}                                                                                                                   \
+	extern "C" __global__ void __launch_bounds__(256, 1) attn_dq_wgmma_d##D##SUF##_sm(                                 \
+	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_, const float *LSE, const float *T,       \
+	    const float *BV, const float *TB, u16 *DQ, u16 *DR, int Hq, int Hkv, int Lq, int Lk, float scale, int causal,  \
+	    int window) {                                                                                                   \
+		wdq_impl<D, BN, false>(Q, R, K, V, G_, LSE, T, BV, TB, DQ, DR, Hq, Hkv, Lq, Lk, scale, causal, window);       \
+	}
+WDQ(64, 64, )
+WDQ(128, 64, )
+WDQ(128, 32, _bn32)
+
 #endif // __CUDA_ARCH_FEAT_SM90_ALL

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -11,6 +12,8 @@ import (
 // TestCompileKernels compiles every kernel module with NVRTC for the
 // architectures the library supports among sm_80 and sm_90(a). It needs
 // NVRTC but no GPU, and skips where NVRTC is missing.
+// PARALLAX_CUDA_PTXAS passes options to ptxas (-v: register counts);
+// PARALLAX_CUDA_DUMP names a folder to write the images to.
 func TestCompileKernels(t *testing.T) {
 	if err := loadNVRTC(libDirs()); err != nil {
 		t.Skipf("no NVRTC: %v", err)
@@ -45,6 +48,11 @@ func TestCompileKernels(t *testing.T) {
 				t.Logf("%s for %s:\n%s", name, arch, l)
 			}
 			t.Logf("%s for %s: %d bytes", name, arch, len(img))
+			if dir := os.Getenv("PARALLAX_CUDA_DUMP"); dir != "" { // for cuobjdump/nvdisasm
+				if err := os.WriteFile(filepath.Join(dir, name+"-"+arch+".bin"), img, 0o644); err != nil {
+					t.Error(err)
+				}
+			}
 		}
 	}
 }

@@ -24,6 +24,12 @@ template <int N> __device__ __forceinline__ void wg_wait() {
 // the cp.async writes it waited for) before later wgmma reads.
 __device__ __forceinline__ void async_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// SLACK is the lazy-rescaling threshold of the forward (log2 units): the
+// running max is kept while a tile's max exceeds it by at most this much,
+// so the f32 accumulators' rescaling is skipped on most tiles; P then stays
+// below 2^SLACK, well within bf16 and f32.
+#define SLACK 8.0f
+
 // sw_desc is the wgmma descriptor of a 128-byte-swizzled operand at shared
 // address addr: lbo is the byte distance between 64-column panels (used by
 // MN-major operands wider than 64), 8-row groups are 1024 bytes apart.
@@ -36,15 +42,20 @@ __device__ __forceinline__ void cp_async16s(u32 dst, const void *src, int src_by
 }
 
 // load_sw copies rows [r0, r0 + R) of a [n, D] bf16 matrix into a swizzled
-// tile at shared address tile (rows past n are zero-filled).
-template <int D>
-__device__ __forceinline__ void load_sw(u32 tile, const u16 *src, int r0, int R, int n, int tid, int nt) {
-	constexpr int CPR = D / 8;
-	for (int c = tid; c < R * CPR; c += nt) {
-		int rr = c / CPR, ch = c % CPR, gr = r0 + rr;
-		bool ok = gr >= 0 && gr < n;
-		u32 dst = tile + (ch >> 3) * R * 128 + rr * 128 + (((ch & 7) ^ (rr & 7)) << 4);
-		cp_async16s(dst, src + (i64)(ok ? gr : 0) * D + ch * 8, ok ? 16 : 0);
+// tile at shared address tile (rows past n are zero-filled), 256 threads.
+// A thread's chunks are STEP rows apart in one column, so its shared and
+// global offsets are fixed strides from the first.
+template <int D, int R>
+__device__ __forceinline__ void load_sw(u32 tile, const u16 *src, int r0, int n, int tid) {
+	constexpr int CPR = D / 8, STEP = 256 / CPR, NC = R * CPR / 256;
+	static_assert(NC * 256 == R * CPR && STEP % 8 == 0, "tile shape");
+	const int rr = tid / CPR, ch = tid % CPR;
+	const u32 dst = tile + (ch >> 3) * R * 128 + rr * 128 + (((ch & 7) ^ (rr & 7)) << 4);
+	const u16 *s0 = src + (i64)(r0 + rr) * D + ch * 8;
+#pragma unroll
+	for (int k = 0; k < NC; k++) {
+		bool ok = r0 + rr + k * STEP < n;
+		cp_async16s(dst + k * STEP * 128, ok ? s0 + (i64)k * STEP * D : src, ok ? 16 : 0);
 	}
 }
 
@@ -106,11 +117,11 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 	const int firstHi = causal ? min(Lk, w0 + off + 1) : Lk;
 	const int lastLo = (causal && window > 0) ? max(0, wEnd + off - window) : 0;
 
-	load_sw<D>(aQ, Q + qo, m0, BM, Lq, tid, 256);
-	if (PX) load_sw<D>(aR, R + qo, m0, BM, Lq, tid, 256);
+	load_sw<D, BM>(aQ, Q + qo, m0, Lq, tid);
+	if (PX) load_sw<D, BM>(aR, R + qo, m0, Lq, tid);
 	if (ntiles > 0) {
-		load_sw<D>(aK, K + ko, t0, BN, Lk, tid, 256);
-		load_sw<D>(aV, V + ko, t0, BN, Lk, tid, 256);
+		load_sw<D, BN>(aK, K + ko, t0, Lk, tid);
+		load_sw<D, BN>(aV, V + ko, t0, Lk, tid);
 	}
 	cp_async_commit();
 
@@ -135,8 +146,8 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 	for (int t = 0; t < ntiles; t++) {
 		if (t + 1 < ntiles) {
 			u32 nb = ((t + 1) & 1) * KB;
-			load_sw<D>(aK + nb, K + ko, t0 + (t + 1) * BN, BN, Lk, tid, 256);
-			load_sw<D>(aV + nb, V + ko, t0 + (t + 1) * BN, BN, Lk, tid, 256);
+			load_sw<D, BN>(aK + nb, K + ko, t0 + (t + 1) * BN, Lk, tid);
+			load_sw<D, BN>(aV + nb, V + ko, t0 + (t + 1) * BN, Lk, tid);
 		}
 		cp_async_commit();
 		cp_async_wait<1>();
@@ -166,6 +177,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 #pragma unroll
 			for (int r = 0; r < 2; r++) {
 				float mn = fmaxf(mr[r], mx[r]);
+				if (mr[r] != NEG_INF && mx[r] <= mr[r] + SLACK) mn = mr[r]; // lazy rescaling
 				mu[r] = mn == NEG_INF ? 0.0f : mn;
 				alpha[r] = exp2f(mr[r] - mu[r]);
 				mr[r] = mn;
@@ -187,11 +199,13 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 					at[k2][q] = pack2(q0, q1);
 				}
 			}
+			if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-			for (int i = 0; i < D / 2; i++) {
-				float a = alpha[(i >> 1) & 1];
-				o1[i] *= a;
-				if (PX) o2[i] *= a;
+				for (int i = 0; i < D / 2; i++) {
+					float a = alpha[(i >> 1) & 1];
+					o1[i] *= a;
+					if (PX) o2[i] *= a;
+				}
 			}
 			wg_fence();
 			mma_pv<D, BN>(o1, ap, vs);
@@ -292,16 +306,16 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 	const int ntiles = nq * G;
 	const int wj0 = j0 + wg * 64; // this warpgroup's keys [wj0, wj0 + 64)
 
-	load_sw<D>(aK, K + ko, j0, BK, Lk, tid, 256);
-	load_sw<D>(aV, V + ko, j0, BK, Lk, tid, 256);
+	load_sw<D, BK>(aK, K + ko, j0, Lk, tid);
+	load_sw<D, BK>(aV, V + ko, j0, Lk, tid);
 	auto load_tile = [&](int t, int buf) {
 		int gg = t / nq, qt = t % nq;
 		int h = hk * G + gg, r0 = q0 + qt * BQ;
 		i64 qo = ((i64)b * Hq + h) * Lq * D, so = ((i64)b * Hq + h) * Lq;
 		u32 at = aQ0 + buf * NQ * QB;
-		load_sw<D>(at, Q + qo, r0, BQ, Lq, tid, 256);
-		load_sw<D>(at + QB, G_ + qo, r0, BQ, Lq, tid, 256);
-		if (PX) load_sw<D>(at + 2 * QB, R + qo, r0, BQ, Lq, tid, 256);
+		load_sw<D, BQ>(at, Q + qo, r0, Lq, tid);
+		load_sw<D, BQ>(at + QB, G_ + qo, r0, Lq, tid);
+		if (PX) load_sw<D, BQ>(at + 2 * QB, R + qo, r0, Lq, tid);
 		float *sb = st + buf * 4 * BQ;
 		for (int c = tid; c < BQ; c += 256) {
 			int i = r0 + c;
@@ -482,12 +496,12 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	const int firstHi = causal ? min(Lk, w0 + off + 1) : Lk;
 	const int lastLo = (causal && window > 0) ? max(0, wEnd + off - window) : 0;
 
-	load_sw<D>(aQ, Q + qo, m0, BM, Lq, tid, 256);
-	load_sw<D>(aG, G_ + qo, m0, BM, Lq, tid, 256);
-	if (PX) load_sw<D>(aR, R + qo, m0, BM, Lq, tid, 256);
+	load_sw<D, BM>(aQ, Q + qo, m0, Lq, tid);
+	load_sw<D, BM>(aG, G_ + qo, m0, Lq, tid);
+	if (PX) load_sw<D, BM>(aR, R + qo, m0, Lq, tid);
 	if (ntiles > 0) {
-		load_sw<D>(aK, K + ko, t0, BN, Lk, tid, 256);
-		load_sw<D>(aV, V + ko, t0, BN, Lk, tid, 256);
+		load_sw<D, BN>(aK, K + ko, t0, Lk, tid);
+		load_sw<D, BN>(aV, V + ko, t0, Lk, tid);
 	}
 	cp_async_commit();
 
@@ -518,8 +532,8 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	for (int t = 0; t < ntiles; t++) {
 		if (t + 1 < ntiles) {
 			u32 nb = ((t + 1) & 1) * KB;
-			load_sw<D>(aK + nb, K + ko, t0 + (t + 1) * BN, BN, Lk, tid, 256);
-			load_sw<D>(aV + nb, V + ko, t0 + (t + 1) * BN, BN, Lk, tid, 256);
+			load_sw<D, BN>(aK + nb, K + ko, t0 + (t + 1) * BN, Lk, tid);
+			load_sw<D, BN>(aV + nb, V + ko, t0 + (t + 1) * BN, Lk, tid);
 		}
 		cp_async_commit();
 		cp_async_wait<1>();

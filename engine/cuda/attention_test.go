@@ -146,11 +146,13 @@ func TestTensorCoreAttention(t *testing.T) {
 					w.check("tbar", tb, tol)
 				}
 				// The other forward kernels on the same inputs: on Hopper the
-				// default above is attention_wgmma.cu, so these are the
-				// mma.sync kernels (64- and, for D = 128, 32-key tiles).
-				variants := []struct{ name, bn string }{{"o mma", ""}}
+				// default above is attention_wgmma.cu; then its 128-key-tile
+				// variant and the mma.sync kernels (64- and, for D = 128,
+				// 32-key tiles).
+				type variant struct{ name, wgmma, bn string }
+				variants := []variant{{"o mma", "0", ""}, {"o bn128", "", "128"}}
 				if c.D == 128 {
-					variants = append(variants, struct{ name, bn string }{"o bn32", "32"})
+					variants = append(variants, variant{"o bn32", "0", "32"})
 				}
 				for _, vr := range variants {
 					ov := w.zeros(dt, qs...)
@@ -158,7 +160,7 @@ func TestTensorCoreAttention(t *testing.T) {
 					if px {
 						a.R = r.g
 					}
-					t.Setenv("PARALLAX_CUDA_WGMMA", "0")
+					t.Setenv("PARALLAX_CUDA_WGMMA", vr.wgmma)
 					t.Setenv("PARALLAX_CUDA_FWD_BN", vr.bn)
 					err := gpu.Attention(a)
 					os.Unsetenv("PARALLAX_CUDA_WGMMA")

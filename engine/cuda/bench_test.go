@@ -219,6 +219,14 @@ func benchPrefill(t *testing.T, d *cuda.Device, emit func(map[string]any)) {
 			must(t, err)
 			t.Logf("%-9s %3d %3d %6d %4d %10.3f %9.0f   (forward, mma.sync kernel)", name, s.B, s.H, s.L, s.D, fm, pf*unit/(fm*1e-3)/1e12)
 			emit(map[string]any{"bench": "prefill_mma", "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "fwd_ms": fm})
+			if !px || s.D == 64 {
+				os.Setenv("PARALLAX_CUDA_FWD_BN", "128")
+				f128, err := d.Median(2, 10, nil, func() error { return d.Attention(fa) })
+				os.Unsetenv("PARALLAX_CUDA_FWD_BN")
+				must(t, err)
+				t.Logf("%-9s %3d %3d %6d %4d %10.3f %9.0f   (forward, 128-key tiles)", name, s.B, s.H, s.L, s.D, f128, pf*unit/(f128*1e-3)/1e12)
+				emit(map[string]any{"bench": "prefill_bn128", "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "fwd_ms": f128})
+			}
 			for _, mode := range []string{"fused", "dq32", "mma"} {
 				switch mode {
 				case "fused":

@@ -244,19 +244,19 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 	}
 }
 
-#define WFWD(D, BN)                                                                                                     \
-	extern "C" __global__ void __launch_bounds__(256, 1) attn_fwd_wgmma_d##D##_px(                                      \
+#define WFWD(D, BN, PXN, PX, SUF)                                                                                       \
+	extern "C" __global__ void __launch_bounds__(256, 1) attn_fwd_wgmma_d##D##SUF##_##PXN(                              \
 	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, u16 *O, u16 *Vb, float *LSE, float *TB, int Hq, int Hkv, \
 	    int Lq, int Lk, float scale, int causal, int window) {                                                          \
-		wfwd_impl<D, BN, true>(Q, R, K, V, O, Vb, LSE, TB, Hq, Hkv, Lq, Lk, scale, causal, window);                  \
-	}                                                                                                                   \
-	extern "C" __global__ void __launch_bounds__(256, 1) attn_fwd_wgmma_d##D##_sm(                                      \
-	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, u16 *O, u16 *Vb, float *LSE, float *TB, int Hq, int Hkv, \
-	    int Lq, int Lk, float scale, int causal, int window) {                                                          \
-		wfwd_impl<D, BN, false>(Q, R, K, V, O, Vb, LSE, TB, Hq, Hkv, Lq, Lk, scale, causal, window);                 \
+		wfwd_impl<D, BN, PX>(Q, R, K, V, O, Vb, LSE, TB, Hq, Hkv, Lq, Lk, scale, causal, window);                    \
 	}
-WFWD(64, 64)
-WFWD(128, 64)
+WFWD(64, 64, px, true, )
+WFWD(64, 64, sm, false, )
+WFWD(128, 64, px, true, )
+WFWD(128, 64, sm, false, )
+WFWD(64, 128, px, true, _bn128)
+WFWD(64, 128, sm, false, _bn128)
+WFWD(128, 128, sm, false, _bn128)
 
 // red_add2 adds (a, b) to p[0], p[1] (8-byte aligned) without returning.
 __device__ __forceinline__ void red_add2(float *p, float a, float b) {
@@ -316,15 +316,13 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 		load_sw<D, BQ>(at, Q + qo, r0, Lq, tid);
 		load_sw<D, BQ>(at + QB, G_ + qo, r0, Lq, tid);
 		if (PX) load_sw<D, BQ>(at + 2 * QB, R + qo, r0, Lq, tid);
-		float *sb = st + buf * 4 * BQ;
+		float4 *sb = (float4 *)st + buf * BQ; // per row: lse log2e, T, Bv, tbar
 		for (int c = tid; c < BQ; c += 256) {
 			int i = r0 + c;
 			bool ok = i < Lq;
 			float l = ok ? LSE[so + i] : NEG_INF;
-			sb[c] = l == NEG_INF ? __int_as_float(0x7f800000) : l * LOG2E; // no key: p = 0
-			sb[BQ + c] = ok ? T[so + i] : 0.0f;
-			sb[2 * BQ + c] = ok && PX ? BV[so + i] : 0.0f;
-			sb[3 * BQ + c] = ok && PX ? TB[so + i] : 0.0f;
+			sb[c] = make_float4(l == NEG_INF ? __int_as_float(0x7f800000) : l * LOG2E, // no key: p = 0
+			                    ok ? T[so + i] : 0.0f, ok && PX ? BV[so + i] : 0.0f, ok && PX ? TB[so + i] : 0.0f);
 		}
 	};
 	if (ntiles > 0) load_tile(0, 0);
@@ -347,7 +345,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 		__syncthreads();
 		const int buf = t & 1, gg = t / nq, r0 = q0 + (t % nq) * BQ;
 		const u32 qs = aQ0 + buf * NQ * QB, gs = qs + QB, rs = qs + 2 * QB;
-		const float *sb = st + buf * 4 * BQ;
+		const float4 *sb = (const float4 *)st + buf * BQ;
 		bool live = wj0 < Lk;
 		if (causal) {
 			live = live && wj0 <= r0 + BQ - 1 + off;
@@ -361,31 +359,48 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 			if (PX) mma_qk<BQ, D>(tt, wK, BK, rs);
 			wg_commit();
 			wg_wait<0>();
+			// interior tiles (every pair visible) skip the mask
+			bool edge = r0 + BQ > Lq || wj0 + 64 > Lk;
+			if (causal) edge = edge || wj0 + 63 > r0 + off || (window > 0 && wj0 <= r0 + BQ - 1 + off - window);
 			u32 as[BQ / 16][4], ap[BQ / 16][4], at[PX ? BQ / 16 : 1][4];
+			// Column pairs c, c + 1 of n-tile n: one statistics load serves
+			// the thread's two rows.
 #pragma unroll
-			for (int i = 0; i < BQ / 2; i += 2) {
-				float ds[2], dt[2], pe[2];
+			for (int n = 0; n < BQ / 8; n++) {
+				float ds[2][2], dt[2][2], pe[2][2]; // [row half][column]
 #pragma unroll
 				for (int e = 0; e < 2; e++) {
-					int c = (i >> 2) * 8 + tq * 2 + e, qi = r0 + c, j = jr0 + 8 * ((i >> 1) & 1);
-					bool ok = qi < Lq && j < Lk;
-					if (causal) ok = ok && j <= qi + off && (window <= 0 || j > qi + off - window);
-					float p = ok ? exp2f(s[i + e] * sl2 - sb[c]) : 0.0f;
-					float a = aa[i + e];
-					if (PX) {
-						float ab = a - sb[2 * BQ + c], tb = sb[3 * BQ + c], tv = tt[i + e];
-						ds[e] = scale * p * (a - sb[BQ + c] + (tb - tv) * ab);
-						dt[e] = -p * ab;
-						pe[e] = p * (1 + tb - tv);
-					} else {
-						ds[e] = scale * p * (a - sb[BQ + c]);
-						pe[e] = p;
+					const int c = n * 8 + tq * 2 + e, qi = r0 + c;
+					const float4 st4 = sb[c];
+#pragma unroll
+					for (int r = 0; r < 2; r++) {
+						const int i = n * 4 + 2 * r + e, j = jr0 + 8 * r;
+						float p = exp2f(s[i] * sl2 - st4.x);
+						if (edge) {
+							bool ok = qi < Lq && j < Lk;
+							if (causal) ok = ok && j <= qi + off && (window <= 0 || j > qi + off - window);
+							if (!ok) p = 0.0f;
+						}
+						float a = aa[i];
+						if (PX) {
+							float ab = a - st4.z, tv = tt[i];
+							ds[r][e] = scale * p * (a - st4.y + (st4.w - tv) * ab);
+							dt[r][e] = -p * ab;
+							pe[r][e] = p * (1 + st4.w - tv);
+						} else {
+							ds[r][e] = scale * p * (a - st4.y);
+							pe[r][e] = p;
+						}
 					}
 				}
-				int k2 = i >> 3, q = ((i >> 1) & 1) | (((i >> 2) & 1) << 1);
-				as[k2][q] = pack2(ds[0], ds[1]);
-				ap[k2][q] = pack2(pe[0], pe[1]);
-				if (PX) at[k2][q] = pack2(dt[0], dt[1]);
+				// A fragment of k-step n/2: regs {row g, row g+8} x {cols 0-7, 8-15}
+#pragma unroll
+				for (int r = 0; r < 2; r++) {
+					int k2 = n >> 1, q = r | ((n & 1) << 1);
+					as[k2][q] = pack2(ds[r][0], ds[r][1]);
+					ap[k2][q] = pack2(pe[r][0], pe[r][1]);
+					if (PX) at[k2][q] = pack2(dt[r][0], dt[r][1]);
+				}
 			}
 			wg_fence();
 			mma_pv<D, BQ>(av, ap, gs);

@@ -31,6 +31,15 @@ const (
 	decKeys   = 64
 )
 
+// wStages is the number of K/V (or Q/dO/R) tiles attention_wgmma.cu's
+// kernels keep in flight (its STAGES); the fused backward keeps two.
+func wStages(d int) int {
+	if d == 64 {
+		return 3
+	}
+	return 2
+}
+
 // Tile sizes of attention_wgmma.cu's forward.
 const (
 	wfwdBM = 128
@@ -44,7 +53,7 @@ const (
 	wbwdBQ = 64
 )
 
-// wbwdSmem is the dynamic shared memory of attn_dkv_wgmma: K and V, two
+// wbwdSmem is the dynamic shared memory of attn_dkv_wgmma: K and V, the
 // buffers of the Q, dO (and R) tiles and their four row statistics, with
 // dq the two warpgroups' dS and dT tiles, and 1 KiB for alignment.
 func wbwdSmem(D int, px, dq bool) int {
@@ -52,7 +61,11 @@ func wbwdSmem(D int, px, dq bool) int {
 	if px {
 		nq = 3
 	}
-	n := 2*wbwdBK*D*2 + 2*nq*wbwdBQ*D*2 + 2*4*wbwdBQ*4 + 1024
+	ns := wStages(D)
+	if dq {
+		ns = 2
+	}
+	n := 2*wbwdBK*D*2 + ns*nq*wbwdBQ*D*2 + ns*4*wbwdBQ*4 + 1024
 	if dq {
 		n += 2 * 2 * 64 * 64 * 2
 	}
@@ -188,7 +201,7 @@ func (d *Device) Attention(a engine.AttentionArgs) error {
 		if wide {
 			name, bn = fmt.Sprintf("attn_fwd_wgmma_d%d_bn128_%s", dims.D, kind(px)), 128
 		}
-		smem := (wfwdBM*nq+4*bn)*dims.D*2 + 1024
+		smem := (wfwdBM*nq+2*wStages(dims.D)*bn)*dims.D*2 + 1024
 		return d.launch(wgmmaMod, name,
 			[3]int{(dims.Lq + wfwdBM - 1) / wfwdBM, dims.Hq, dims.B}, [3]int{256, 1, 1}, smem,
 			newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.O)).p(ptr(a.Vbar)).p(ptr(a.LSE)).p(ptr(a.Tbar)).
@@ -303,7 +316,7 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 				name, wbn = fmt.Sprintf("attn_dq_wgmma_d%d_bn32_%s", D, kind(px)), 32
 			}
 			err = d.launch(wgmmaMod, name, [3]int{(Lq + wfwdBM - 1) / wfwdBM, Hq, B}, [3]int{256, 1, 1},
-				(wfwdBM*nq+4*wbn)*D*2+1024, common(in().p(ptr(a.DQ)).p(ptr(a.DR))))
+				(wfwdBM*nq+2*wStages(D)*wbn)*D*2+1024, common(in().p(ptr(a.DQ)).p(ptr(a.DR))))
 		} else {
 			err = d.launch(mmaMod, fmt.Sprintf("attn_dq_mma_d%d_%s", D, kind(px)), [3]int{(Lq + fwdBM - 1) / fwdBM, Hq, B},
 				threads128, (fwdBM*sd*nq+4*bn*sd)*2, common(in().p(ptr(a.DQ)).p(ptr(a.DR))))

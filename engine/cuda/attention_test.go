@@ -150,7 +150,7 @@ func TestTensorCoreAttention(t *testing.T) {
 				// variant and the mma.sync kernels (64- and, for D = 128,
 				// 32-key tiles).
 				type variant struct{ name, wgmma, bn string }
-				variants := []variant{{"o mma", "0", ""}, {"o bn128", "", "128"}}
+				variants := []variant{{"o mma", "0", ""}, {"o bn64", "", "64"}, {"o bn128", "", "128"}}
 				if c.D == 128 {
 					variants = append(variants, variant{"o bn32", "0", "32"})
 				}
@@ -199,7 +199,8 @@ func TestTensorCoreAttention(t *testing.T) {
 					return p.c
 				}, dq, dk, dv, dr)
 				for _, vr := range []struct{ name, wgmma, bwd, dqbn string }{
-					{"", "", "", ""}, {" dq32", "", "", "32"}, {" fused", "", "fused", ""}, {" split", "", "split", ""}, {" mma", "0", "", ""}} {
+					{"", "", "", ""}, {" wgmma", "", "wgmma", ""}, {" dq32", "", "", "32"}, {" fused", "", "fused", ""},
+					{" split", "", "split", ""}, {" mma", "0", "", ""}} {
 					t.Setenv("PARALLAX_CUDA_WGMMA", vr.wgmma)
 					t.Setenv("PARALLAX_CUDA_BWD", vr.bwd)
 					t.Setenv("PARALLAX_CUDA_DQ_BN", vr.dqbn)

@@ -35,6 +35,14 @@ __device__ __forceinline__ void async_fence() { asm volatile("fence.proxy.async.
 // the H200 that wins at D = 64 and loses at D = 128, where two are kept.
 #define STAGES(D) ((D) == 64 ? 3 : 2)
 
+// The forward splits its groups (OV) for softmax only: measured on the
+// H200, the split Parallax forward loses at D = 64 and ties at D = 128.
+// OVERLAP selects the backward kernels' split schedule (S, A and T as
+// three wgmma groups, elementwise work started as each lands). It costs
+// registers: the Parallax D = 128 kernels then spill, and measured slower
+// on the H200, so they keep the one-group schedule.
+#define OVERLAP(D, PX) (!((D) == 128 && (PX)))
+
 // sw_desc is the wgmma descriptor of a 128-byte-swizzled operand at shared
 // address addr: lbo is the byte distance between 64-column panels (used by
 // MN-major operands wider than 64), 8-row groups are 1024 bytes apart.
@@ -98,7 +106,7 @@ __device__ __forceinline__ void mma_pv(float *o, const u32 (*p)[4], u32 v) {
 // register A operands. The two warpgroups overlap each other's softmax
 // with their matrix products.
 // ---------------------------------------------------------------------
-template <int D, int BN, bool PX, int NS>
+template <int D, int BN, bool PX, int NS, bool OV>
 __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 *K, const u16 *V, u16 *O, u16 *Vb,
                                           float *LSE, float *TB, int Hq, int Hkv, int Lq, int Lk, float scale,
                                           int causal, int window) {
@@ -162,11 +170,19 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 		if (j0 < wHi && j0 + BN > wLo) { // uniform per warpgroup
 			const u32 ks = aK + (t % NS) * KB, vs = aV + (t % NS) * KB;
 			float s[BN / 2], tt[PX ? BN / 2 : 1];
+			// OV: S and T as two groups, so the softmax of S overlaps T's
+			// products, and P2 = P1 T (and then O2) O1's.
 			wg_fence();
 			mma_qk<BN, D>(s, wQ, BM, ks);
-			if (PX) mma_qk<BN, D>(tt, wR, BM, ks);
+			if (PX && !OV) mma_qk<BN, D>(tt, wR, BM, ks);
 			wg_commit();
-			wg_wait<0>();
+			if (PX && OV) {
+				mma_qk<BN, D>(tt, wR, BM, ks);
+				wg_commit();
+				wg_wait<1>();
+			} else {
+				wg_wait<0>();
+			}
 			const bool edge = j0 + BN > firstHi || j0 < lastLo;
 			float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
@@ -195,10 +211,12 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 				int r = (i >> 1) & 1;
 				float p0 = exp2f(s[i] - mu[r]), p1 = exp2f(s[i + 1] - mu[r]);
 				d1[r] += p0 + p1;
+				s[i] = p0;
+				s[i + 1] = p1;
 				// A fragment of k-step i/8: regs {row g, row g+8} x {cols 0-7, 8-15}
 				int k2 = i >> 3, q = ((i >> 1) & 1) | (((i >> 2) & 1) << 1);
 				ap[k2][q] = pack2(p0, p1);
-				if (PX) {
+				if (PX && !OV) {
 					float q0 = p0 * tt[i], q1 = p1 * tt[i + 1];
 					d2[r] += q0 + q1;
 					at[k2][q] = pack2(q0, q1);
@@ -214,8 +232,22 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 			}
 			wg_fence();
 			mma_pv<D, BN>(o1, ap, vs);
-			if (PX) mma_pv<D, BN>(o2, at, vs);
+			if (PX && !OV) mma_pv<D, BN>(o2, at, vs);
 			wg_commit();
+			if (PX && OV) {
+				wg_wait<1>(); // T
+#pragma unroll
+				for (int i = 0; i < BN / 2; i += 2) {
+					int r = (i >> 1) & 1;
+					float q0 = s[i] * tt[i], q1 = s[i + 1] * tt[i + 1];
+					d2[r] += q0 + q1;
+					int k2 = i >> 3, q = ((i >> 1) & 1) | (((i >> 2) & 1) << 1);
+					at[k2][q] = pack2(q0, q1);
+				}
+				wg_fence();
+				mma_pv<D, BN>(o2, at, vs);
+				wg_commit();
+			}
 			wg_wait<0>();
 		}
 		if (NS == 2) __syncthreads(); // with three buffers the next load targets tile t - 2's
@@ -253,7 +285,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 	extern "C" __global__ void __launch_bounds__(256, 1) attn_fwd_wgmma_d##D##SUF##_##PXN(                              \
 	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, u16 *O, u16 *Vb, float *LSE, float *TB, int Hq, int Hkv, \
 	    int Lq, int Lk, float scale, int causal, int window) {                                                          \
-		wfwd_impl<D, BN, PX, NS>(Q, R, K, V, O, Vb, LSE, TB, Hq, Hkv, Lq, Lk, scale, causal, window);                    \
+		wfwd_impl<D, BN, PX, NS, !(PX)>(Q, R, K, V, O, Vb, LSE, TB, Hq, Hkv, Lq, Lk, scale, causal, window);                    \
 	}
 WFWD(64, 64, px, true, , STAGES(64))
 WFWD(64, 64, sm, false, , STAGES(64))
@@ -284,7 +316,7 @@ __device__ __forceinline__ void red_add2(float *p, float a, float b) {
 // vector reductions: 8 products per tile instead of the 11 of a separate
 // dq kernel that recomputes S, T and A.
 // ---------------------------------------------------------------------
-template <int D, bool PX, bool DQ, int NS>
+template <int D, bool PX, bool DQ, int NS, bool OV>
 __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_,
                                           const float *LSE, const float *T, const float *BV, const float *TB, u16 *DK,
                                           u16 *DV, float *DQf, float *DRf, int Hq, int Hkv, int Lq, int Lk, float scale,
@@ -358,60 +390,132 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 		}
 		if (live) { // uniform per warpgroup
 			float s[BQ / 2], aa[BQ / 2], tt[PX ? BQ / 2 : 1];
-			wg_fence();
-			mma_qk<BQ, D>(s, wK, BK, qs);
-			mma_qk<BQ, D>(aa, wV, BK, gs);
-			if (PX) mma_qk<BQ, D>(tt, wK, BK, rs);
-			wg_commit();
-			wg_wait<0>();
-			// interior tiles (every pair visible) skip the mask
-			bool edge = r0 + BQ > Lq || wj0 + 64 > Lk;
-			if (causal) edge = edge || wj0 + 63 > r0 + off || (window > 0 && wj0 <= r0 + BQ - 1 + off - window);
-			u32 as[BQ / 16][4], ap[BQ / 16][4], at[PX ? BQ / 16 : 1][4];
-			// Column pairs c, c + 1 of n-tile n: one statistics load serves
-			// the thread's two rows.
-#pragma unroll
-			for (int n = 0; n < BQ / 8; n++) {
-				float ds[2][2], dt[2][2], pe[2][2]; // [row half][column]
-#pragma unroll
-				for (int e = 0; e < 2; e++) {
-					const int c = n * 8 + tq * 2 + e, qi = r0 + c;
-					const float4 st4 = sb[c];
-#pragma unroll
-					for (int r = 0; r < 2; r++) {
-						const int i = n * 4 + 2 * r + e, j = jr0 + 8 * r;
-						float p = exp2f(s[i] * sl2 - st4.x);
-						if (edge) {
-							bool ok = qi < Lq && j < Lk;
-							if (causal) ok = ok && j <= qi + off && (window <= 0 || j > qi + off - window);
-							if (!ok) p = 0.0f;
-						}
-						float a = aa[i];
+			u32 as[BQ / 16][4], ap[BQ / 16][4], at[PX ? BQ / 16 : 1][4]; // dS, Pe, dT as A fragments
+			if (OV) {
+				// S, A and T as three groups, as in the dq kernel: p overlaps A
+				// and T, dT and dK += dT^T R overlap T.
+				wg_fence();
+				mma_qk<BQ, D>(s, wK, BK, qs);
+				wg_commit();
+				mma_qk<BQ, D>(aa, wV, BK, gs);
+				wg_commit();
+				if (PX) {
+					mma_qk<BQ, D>(tt, wK, BK, rs);
+					wg_commit();
+					wg_wait<2>();
+				} else {
+					wg_wait<1>();
+				}
+				// interior tiles (every pair visible) skip the mask
+				bool edge = r0 + BQ > Lq || wj0 + 64 > Lk;
+				if (causal) edge = edge || wj0 + 63 > r0 + off || (window > 0 && wj0 <= r0 + BQ - 1 + off - window);
+				// Element i of the accumulators: key row jr0 + 8 ((i >> 1) & 1),
+				// query column c = 8 (i >> 2) + 2 tq + (i & 1).
+	#pragma unroll
+				for (int i = 0; i < BQ / 2; i++) {
+					const int c = (i >> 2) * 8 + tq * 2 + (i & 1), qi = r0 + c, j = jr0 + 8 * ((i >> 1) & 1);
+					float p = exp2f(s[i] * sl2 - sb[c].x);
+					if (edge) {
+						bool ok = qi < Lq && j < Lk;
+						if (causal) ok = ok && j <= qi + off && (window <= 0 || j > qi + off - window);
+						if (!ok) p = 0.0f;
+					}
+					s[i] = p;
+				}
+				// A fragments: k-step i/8, regs {row g, row g+8} x {cols 0-7, 8-15}
+				if (PX) {
+					wg_wait<1>(); // A
+	#pragma unroll
+					for (int i = 0; i < BQ / 2; i += 2) {
+						const int c = (i >> 2) * 8 + tq * 2, k2 = i >> 3, q = ((i >> 1) & 1) | (((i >> 2) & 1) << 1);
+						at[k2][q] = pack2(-s[i] * (aa[i] - sb[c].z), -s[i + 1] * (aa[i + 1] - sb[c + 1].z));
+					}
+					wg_fence();
+					mma_pv<D, BQ>(ak, at, rs);
+					wg_commit();
+					wg_wait<1>(); // T
+				} else {
+					wg_wait<0>();
+				}
+	#pragma unroll
+				for (int i = 0; i < BQ / 2; i += 2) {
+					const int c = (i >> 2) * 8 + tq * 2, k2 = i >> 3, q = ((i >> 1) & 1) | (((i >> 2) & 1) << 1);
+					float ds[2], pe[2];
+	#pragma unroll
+					for (int e = 0; e < 2; e++) {
+						const float4 st4 = sb[c + e];
+						float p = s[i + e], a = aa[i + e];
 						if (PX) {
-							float ab = a - st4.z, tv = tt[i];
-							ds[r][e] = scale * p * (a - st4.y + (st4.w - tv) * ab);
-							dt[r][e] = -p * ab;
-							pe[r][e] = p * (1 + st4.w - tv);
+							float tv = tt[i + e];
+							ds[e] = scale * p * (a - st4.y + (st4.w - tv) * (a - st4.z));
+							pe[e] = p * (1 + st4.w - tv);
 						} else {
-							ds[r][e] = scale * p * (a - st4.y);
-							pe[r][e] = p;
+							ds[e] = scale * p * (a - st4.y);
+							pe[e] = p;
 						}
 					}
+					as[k2][q] = pack2(ds[0], ds[1]);
+					ap[k2][q] = pack2(pe[0], pe[1]);
 				}
-				// A fragment of k-step n/2: regs {row g, row g+8} x {cols 0-7, 8-15}
-#pragma unroll
-				for (int r = 0; r < 2; r++) {
-					int k2 = n >> 1, q = r | ((n & 1) << 1);
-					as[k2][q] = pack2(ds[r][0], ds[r][1]);
-					ap[k2][q] = pack2(pe[r][0], pe[r][1]);
-					if (PX) at[k2][q] = pack2(dt[r][0], dt[r][1]);
+				wg_fence();
+				mma_pv<D, BQ>(av, ap, gs);
+				mma_pv<D, BQ>(ak, as, qs);
+				wg_commit();
+			} else {
+				wg_fence();
+				mma_qk<BQ, D>(s, wK, BK, qs);
+				mma_qk<BQ, D>(aa, wV, BK, gs);
+				if (PX) mma_qk<BQ, D>(tt, wK, BK, rs);
+				wg_commit();
+				wg_wait<0>();
+				// interior tiles (every pair visible) skip the mask
+				bool edge = r0 + BQ > Lq || wj0 + 64 > Lk;
+				if (causal) edge = edge || wj0 + 63 > r0 + off || (window > 0 && wj0 <= r0 + BQ - 1 + off - window);
+				// Column pairs c, c + 1 of n-tile n: one statistics load serves
+				// the thread's two rows.
+	#pragma unroll
+				for (int n = 0; n < BQ / 8; n++) {
+					float ds[2][2], dt[2][2], pe[2][2]; // [row half][column]
+	#pragma unroll
+					for (int e = 0; e < 2; e++) {
+						const int c = n * 8 + tq * 2 + e, qi = r0 + c;
+						const float4 st4 = sb[c];
+	#pragma unroll
+						for (int r = 0; r < 2; r++) {
+							const int i = n * 4 + 2 * r + e, j = jr0 + 8 * r;
+							float p = exp2f(s[i] * sl2 - st4.x);
+							if (edge) {
+								bool ok = qi < Lq && j < Lk;
+								if (causal) ok = ok && j <= qi + off && (window <= 0 || j > qi + off - window);
+								if (!ok) p = 0.0f;
+							}
+							float a = aa[i];
+							if (PX) {
+								float ab = a - st4.z, tv = tt[i];
+								ds[r][e] = scale * p * (a - st4.y + (st4.w - tv) * ab);
+								dt[r][e] = -p * ab;
+								pe[r][e] = p * (1 + st4.w - tv);
+							} else {
+								ds[r][e] = scale * p * (a - st4.y);
+								pe[r][e] = p;
+							}
+						}
+					}
+					// A fragment of k-step n/2: regs {row g, row g+8} x {cols 0-7, 8-15}
+	#pragma unroll
+					for (int r = 0; r < 2; r++) {
+						int k2 = n >> 1, q = r | ((n & 1) << 1);
+						as[k2][q] = pack2(ds[r][0], ds[r][1]);
+						ap[k2][q] = pack2(pe[r][0], pe[r][1]);
+						if (PX) at[k2][q] = pack2(dt[r][0], dt[r][1]);
+					}
 				}
+				wg_fence();
+				mma_pv<D, BQ>(av, ap, gs);
+				mma_pv<D, BQ>(ak, as, qs);
+				if (PX) mma_pv<D, BQ>(ak, at, rs);
+				wg_commit();
 			}
-			wg_fence();
-			mma_pv<D, BQ>(av, ap, gs);
-			mma_pv<D, BQ>(ak, as, qs);
-			if (PX) mma_pv<D, BQ>(ak, at, rs);
-			wg_commit();
 			if (DQ) {
 				// scale dS and dT as [key][query] tiles: the MN-major A
 				// operand of dQ = dS K.
@@ -474,7 +578,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_, const float *LSE, const float *T,       \
 	    const float *BV, const float *TB, u16 *DK, u16 *DV, float *DQf, float *DRf, int Hq, int Hkv, int Lq, int Lk,   \
 	    float scale, int causal, int window) {                                                                          \
-		wdkv_impl<D, PX, DQ, DQ ? 2 : STAGES(D)>(Q, R, K, V, G_, LSE, T, BV, TB, DK, DV, DQf, DRf, Hq, Hkv, Lq, Lk, scale, causal, window); \
+		wdkv_impl<D, PX, DQ, DQ ? 2 : STAGES(D), OVERLAP(D, PX)>(Q, R, K, V, G_, LSE, T, BV, TB, DK, DV, DQf, DRf, Hq, Hkv, Lq, Lk, scale, causal, window); \
 	}
 WDKV(64, px, true, true, _dq)
 WDKV(64, sm, false, true, _dq)
@@ -493,7 +597,7 @@ WDKV(128, sm, false, false, )
 // registers, and issues dQ += dS K and dR += dT K with dS, dT as register
 // operands (K read MN-major from the same tile).
 // ---------------------------------------------------------------------
-template <int D, int BN, bool PX, int NS>
+template <int D, int BN, bool PX, int NS, bool OV>
 __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_,
                                          const float *LSE, const float *T, const float *BV, const float *TB, u16 *DQ,
                                          u16 *DR, int Hq, int Hkv, int Lq, int Lk, float scale, int causal, int window) {
@@ -563,41 +667,97 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 		if (j0 < wHi && j0 + BN > wLo) { // uniform per warpgroup
 			const u32 ks = aK + (t % NS) * KB, vs = aV + (t % NS) * KB;
 			float s[BN / 2], aa[BN / 2], tt[PX ? BN / 2 : 1];
-			wg_fence();
-			mma_qk<BN, D>(s, wQ, BM, ks);
-			mma_qk<BN, D>(aa, wG, BM, vs);
-			if (PX) mma_qk<BN, D>(tt, wR, BM, ks);
-			wg_commit();
-			wg_wait<0>();
-			const bool edge = j0 + BN > firstHi || j0 < lastLo;
-			u32 as[BN / 16][4], at[PX ? BN / 16 : 1][4];
-#pragma unroll
-			for (int i = 0; i < BN / 2; i += 2) {
-				const int r = (i >> 1) & 1;
-				float ds[2], dt[2];
-#pragma unroll
-				for (int e = 0; e < 2; e++) {
-					int j = j0 + (i >> 2) * 8 + tq * 2 + e;
-					float p = exp2f(s[i + e] * sl2 - lse[r]);
-					if (edge && (j >= hiR[r] || j < loR[r])) p = 0.0f;
-					float a = aa[i + e];
-					if (PX) {
-						float ab = a - bv[r];
-						ds[e] = scale * p * (a - tr[r] + (tbr[r] - tt[i + e]) * ab);
-						dt[e] = -p * ab;
-					} else {
-						ds[e] = scale * p * (a - tr[r]);
-					}
+			if (OV) {
+				// S, A and T as three groups: p = exp(S - lse) overlaps A and
+				// T, dT (which needs no T) and its product overlap T.
+				wg_fence();
+				mma_qk<BN, D>(s, wQ, BM, ks);
+				wg_commit();
+				mma_qk<BN, D>(aa, wG, BM, vs);
+				wg_commit();
+				if (PX) {
+					mma_qk<BN, D>(tt, wR, BM, ks);
+					wg_commit();
+					wg_wait<2>();
+				} else {
+					wg_wait<1>();
 				}
-				int k2 = i >> 3, q = r | (((i >> 2) & 1) << 1);
-				as[k2][q] = pack2(ds[0], ds[1]);
-				if (PX) at[k2][q] = pack2(dt[0], dt[1]);
+				const bool edge = j0 + BN > firstHi || j0 < lastLo;
+	#pragma unroll
+				for (int i = 0; i < BN / 2; i++) {
+					const int r = (i >> 1) & 1, j = j0 + (i >> 2) * 8 + tq * 2 + (i & 1);
+					float p = exp2f(s[i] * sl2 - lse[r]);
+					if (edge && (j >= hiR[r] || j < loR[r])) p = 0.0f;
+					s[i] = p;
+				}
+				u32 as[BN / 16][4], at[PX ? BN / 16 : 1][4];
+				if (PX) {
+					wg_wait<1>(); // A
+	#pragma unroll
+					for (int i = 0; i < BN / 2; i += 2) {
+						const int r = (i >> 1) & 1, k2 = i >> 3, q = r | (((i >> 2) & 1) << 1);
+						at[k2][q] = pack2(-s[i] * (aa[i] - bv[r]), -s[i + 1] * (aa[i + 1] - bv[r]));
+					}
+					wg_fence();
+					mma_pv<D, BN>(dr, at, ks);
+					wg_commit();
+					wg_wait<1>(); // T
+				} else {
+					wg_wait<0>();
+				}
+	#pragma unroll
+				for (int i = 0; i < BN / 2; i += 2) {
+					const int r = (i >> 1) & 1, k2 = i >> 3, q = r | (((i >> 2) & 1) << 1);
+					float ds[2];
+	#pragma unroll
+					for (int e = 0; e < 2; e++) {
+						float a = aa[i + e];
+						ds[e] = PX ? scale * s[i + e] * (a - tr[r] + (tbr[r] - tt[i + e]) * (a - bv[r]))
+						           : scale * s[i + e] * (a - tr[r]);
+					}
+					as[k2][q] = pack2(ds[0], ds[1]);
+				}
+				wg_fence();
+				mma_pv<D, BN>(dq, as, ks);
+				wg_commit();
+				wg_wait<0>();
+			} else {
+				wg_fence();
+				mma_qk<BN, D>(s, wQ, BM, ks);
+				mma_qk<BN, D>(aa, wG, BM, vs);
+				if (PX) mma_qk<BN, D>(tt, wR, BM, ks);
+				wg_commit();
+				wg_wait<0>();
+				const bool edge = j0 + BN > firstHi || j0 < lastLo;
+				u32 as[BN / 16][4], at[PX ? BN / 16 : 1][4];
+	#pragma unroll
+				for (int i = 0; i < BN / 2; i += 2) {
+					const int r = (i >> 1) & 1;
+					float ds[2], dt[2];
+	#pragma unroll
+					for (int e = 0; e < 2; e++) {
+						int j = j0 + (i >> 2) * 8 + tq * 2 + e;
+						float p = exp2f(s[i + e] * sl2 - lse[r]);
+						if (edge && (j >= hiR[r] || j < loR[r])) p = 0.0f;
+						float a = aa[i + e];
+						if (PX) {
+							float ab = a - bv[r];
+							ds[e] = scale * p * (a - tr[r] + (tbr[r] - tt[i + e]) * ab);
+							dt[e] = -p * ab;
+						} else {
+							ds[e] = scale * p * (a - tr[r]);
+						}
+					}
+					int k2 = i >> 3, q = r | (((i >> 2) & 1) << 1);
+					as[k2][q] = pack2(ds[0], ds[1]);
+					if (PX) at[k2][q] = pack2(dt[0], dt[1]);
+				}
+				wg_fence();
+				mma_pv<D, BN>(dq, as, ks);
+				if (PX) mma_pv<D, BN>(dr, at, ks);
+				wg_commit();
+				wg_wait<0>();
 			}
-			wg_fence();
-			mma_pv<D, BN>(dq, as, ks);
-			if (PX) mma_pv<D, BN>(dr, at, ks);
-			wg_commit();
-			wg_wait<0>();
 		}
 		if (NS == 2) __syncthreads();
 	}
@@ -620,13 +780,13 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_, const float *LSE, const float *T,       \
 	    const float *BV, const float *TB, u16 *DQ, u16 *DR, int Hq, int Hkv, int Lq, int Lk, float scale, int causal,  \
 	    int window) {                                                                                                   \
-		wdq_impl<D, BN, true, STAGES(D)>(Q, R, K, V, G_, LSE, T, BV, TB, DQ, DR, Hq, Hkv, Lq, Lk, scale, causal, window);        \
+		wdq_impl<D, BN, true, STAGES(D), OVERLAP(D, true)>(Q, R, K, V, G_, LSE, T, BV, TB, DQ, DR, Hq, Hkv, Lq, Lk, scale, causal, window);        \
 	}                                                                                                                   \
 	extern "C" __global__ void __launch_bounds__(256, 1) attn_dq_wgmma_d##D##SUF##_sm(                                 \
 	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_, const float *LSE, const float *T,       \
 	    const float *BV, const float *TB, u16 *DQ, u16 *DR, int Hq, int Hkv, int Lq, int Lk, float scale, int causal,  \
 	    int window) {                                                                                                   \
-		wdq_impl<D, BN, false, STAGES(D)>(Q, R, K, V, G_, LSE, T, BV, TB, DQ, DR, Hq, Hkv, Lq, Lk, scale, causal, window);       \
+		wdq_impl<D, BN, false, STAGES(D), OVERLAP(D, false)>(Q, R, K, V, G_, LSE, T, BV, TB, DQ, DR, Hq, Hkv, Lq, Lk, scale, causal, window);       \
 	}
 WDQ(64, 64, )
 WDQ(128, 64, )

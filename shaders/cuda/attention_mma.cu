@@ -202,32 +202,7 @@ __device__ __forceinline__ void fwd_impl(const u16 *Q, const u16 *R, const u16 *
 		__syncthreads();
 	}
 	cp_async_wait<0>();
-#pragma unroll
-	for (int r = 0; r < 2; r++) {
-		d1[r] = quad_sum(d1[r]);
-		if (PX) d2[r] = quad_sum(d2[r]);
-		int i = i0 + 8 * r;
-		if (i >= Lq) continue;
-		float inv = d1[r] > 0 ? 1.0f / d1[r] : 0.0f, tb = PX ? d2[r] * inv : 0.0f;
-		u16 *orow = O + qo + (i64)i * D;
-#pragma unroll
-		for (int n = 0; n < D / 8; n++) {
-			int c = n * 8 + tq * 2;
-			float v0 = o1[n][2 * r] * inv, v1 = o1[n][2 * r + 1] * inv;
-			float y0 = v0, y1 = v1;
-			if (PX) {
-				y0 = v0 * (1 + tb) - o2[n][2 * r] * inv;
-				y1 = v1 * (1 + tb) - o2[n][2 * r + 1] * inv;
-			}
-			*(u32 *)(orow + c) = pack2(y0, y1);
-			if (Vb) *(u32 *)(Vb + qo + (i64)i * D + c) = pack2(v0, v1);
-		}
-		if (tq == 0) {
-			i64 si = ((i64)b * Hq + h) * Lq + i;
-			if (LSE) LSE[si] = d1[r] > 0 ? (mr[r] + log2f(d1[r])) * LN2 : NEG_INF;
-			if (TB) TB[si] = tb;
-		}
-	}
+	fwd_store<D, PX>(&o1[0][0], &o2[0][0], d1, d2, mr, i0, tq, Lq, O, Vb, LSE, TB, qo, ((i64)b * Hq + h) * Lq);
 }
 
 #define FWD(D, BN) FWDN(D, BN, )

@@ -72,6 +72,28 @@ __device__ __forceinline__ void load_sw(u32 tile, const u16 *src, int r0, int n,
 	}
 }
 
+// RowSpan is what a block of 128 query rows [m0, m0 + 128), two
+// warpgroups of 64, sees of the keys under the mask of spec section 1: the
+// block's key tiles of BN, and for this warpgroup's rows [w0, w0 + 64) the
+// keys [wLo, wHi) some row sees and [lastLo, firstHi) every row sees.
+struct RowSpan {
+	int off, t0, ntiles, wHi, wLo, firstHi, lastLo;
+};
+__device__ __forceinline__ RowSpan row_span(int m0, int w0, int BN, int Lq, int Lk, int causal, int window) {
+	RowSpan s;
+	s.off = Lk - Lq;
+	const int rowEnd = min(m0 + 128, Lq), wEnd = min(w0 + 64, Lq);
+	const int hiB = causal ? min(Lk, rowEnd + s.off) : Lk;
+	const int loB = (causal && window > 0) ? max(0, m0 + s.off + 1 - window) : 0;
+	s.t0 = loB / BN * BN;
+	s.ntiles = hiB > loB ? (hiB - s.t0 + BN - 1) / BN : 0;
+	s.wHi = causal ? min(Lk, wEnd + s.off) : Lk;
+	s.wLo = (causal && window > 0) ? max(0, w0 + s.off + 1 - window) : 0;
+	s.firstHi = causal ? min(Lk, w0 + s.off + 1) : Lk;
+	s.lastLo = (causal && window > 0) ? max(0, wEnd + s.off - window) : 0;
+	return s;
+}
+
 // S (64 x N) = A B^T over D = 16 k-steps, A and B K-major swizzled tiles.
 template <int N, int D>
 __device__ __forceinline__ void mma_qk(float *s, u32 a, int arows, u32 b) {
@@ -118,17 +140,10 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 	const int m0 = (gridDim.x - 1 - blockIdx.x) * BM; // long causal blocks first
 	const int h = blockIdx.y, b = blockIdx.z, hk = h / (Hq / Hkv);
 	const i64 qo = ((i64)b * Hq + h) * Lq * D, ko = ((i64)b * Hkv + hk) * Lk * D;
-	const int off = Lk - Lq, rowEnd = min(m0 + BM, Lq);
-	const int hiB = causal ? min(Lk, rowEnd + off) : Lk;
-	const int loB = (causal && window > 0) ? max(0, m0 + off + 1 - window) : 0;
-	const int t0 = loB / BN * BN;
-	const int ntiles = hiB > loB ? (hiB - t0 + BN - 1) / BN : 0;
-	// this warpgroup's rows [w0, w0 + 64): the keys any of them sees
-	const int w0 = m0 + wg * 64, wEnd = min(w0 + 64, Lq);
-	const int wHi = causal ? min(Lk, wEnd + off) : Lk;
-	const int wLo = (causal && window > 0) ? max(0, w0 + off + 1 - window) : 0;
-	const int firstHi = causal ? min(Lk, w0 + off + 1) : Lk;
-	const int lastLo = (causal && window > 0) ? max(0, wEnd + off - window) : 0;
+	const int w0 = m0 + wg * 64;
+	const RowSpan sp = row_span(m0, w0, BN, Lq, Lk, causal, window);
+	const int off = sp.off, t0 = sp.t0, ntiles = sp.ntiles, wHi = sp.wHi, wLo = sp.wLo, firstHi = sp.firstHi,
+	          lastLo = sp.lastLo;
 
 	load_sw<D, BM>(aQ, Q + qo, m0, Lq, tid);
 	if (PX) load_sw<D, BM>(aR, R + qo, m0, Lq, tid);
@@ -253,32 +268,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 		if (NS == 2) __syncthreads(); // with three buffers the next load targets tile t - 2's
 	}
 	cp_async_wait<0>();
-#pragma unroll
-	for (int r = 0; r < 2; r++) {
-		d1[r] = quad_sum(d1[r]);
-		if (PX) d2[r] = quad_sum(d2[r]);
-		int i = i0 + 8 * r;
-		if (i >= Lq) continue;
-		float inv = d1[r] > 0 ? 1.0f / d1[r] : 0.0f, tb = PX ? d2[r] * inv : 0.0f;
-		u16 *orow = O + qo + (i64)i * D;
-#pragma unroll
-		for (int n = 0; n < D / 8; n++) {
-			int c = n * 8 + tq * 2;
-			float v0 = o1[n * 4 + 2 * r] * inv, v1 = o1[n * 4 + 2 * r + 1] * inv;
-			float y0 = v0, y1 = v1;
-			if (PX) {
-				y0 = v0 * (1 + tb) - o2[n * 4 + 2 * r] * inv;
-				y1 = v1 * (1 + tb) - o2[n * 4 + 2 * r + 1] * inv;
-			}
-			*(u32 *)(orow + c) = pack2(y0, y1);
-			if (Vb) *(u32 *)(Vb + qo + (i64)i * D + c) = pack2(v0, v1);
-		}
-		if (tq == 0) {
-			i64 si = ((i64)b * Hq + h) * Lq + i;
-			if (LSE) LSE[si] = d1[r] > 0 ? (mr[r] + log2f(d1[r])) * LN2 : NEG_INF;
-			if (TB) TB[si] = tb;
-		}
-	}
+	fwd_store<D, PX>(o1, o2, d1, d2, mr, i0, tq, Lq, O, Vb, LSE, TB, qo, ((i64)b * Hq + h) * Lq);
 }
 
 #define WFWD(D, BN, PXN, PX, SUF, NS)                                                                                       \
@@ -609,16 +599,10 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
 	const int h = blockIdx.y, b = blockIdx.z, hk = h / (Hq / Hkv);
 	const i64 qo = ((i64)b * Hq + h) * Lq * D, ko = ((i64)b * Hkv + hk) * Lk * D, so = ((i64)b * Hq + h) * Lq;
-	const int off = Lk - Lq, rowEnd = min(m0 + BM, Lq);
-	const int hiB = causal ? min(Lk, rowEnd + off) : Lk;
-	const int loB = (causal && window > 0) ? max(0, m0 + off + 1 - window) : 0;
-	const int t0 = loB / BN * BN;
-	const int ntiles = hiB > loB ? (hiB - t0 + BN - 1) / BN : 0;
-	const int w0 = m0 + wg * 64, wEnd = min(w0 + 64, Lq);
-	const int wHi = causal ? min(Lk, wEnd + off) : Lk;
-	const int wLo = (causal && window > 0) ? max(0, w0 + off + 1 - window) : 0;
-	const int firstHi = causal ? min(Lk, w0 + off + 1) : Lk;
-	const int lastLo = (causal && window > 0) ? max(0, wEnd + off - window) : 0;
+	const int w0 = m0 + wg * 64;
+	const RowSpan sp = row_span(m0, w0, BN, Lq, Lk, causal, window);
+	const int off = sp.off, t0 = sp.t0, ntiles = sp.ntiles, wHi = sp.wHi, wLo = sp.wLo, firstHi = sp.firstHi,
+	          lastLo = sp.lastLo;
 
 	load_sw<D, BM>(aQ, Q + qo, m0, Lq, tid);
 	load_sw<D, BM>(aG, G_ + qo, m0, Lq, tid);

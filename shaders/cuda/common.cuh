@@ -168,6 +168,42 @@ __device__ __forceinline__ float quad_sum(float v) {
 	return v;
 }
 
+// fwd_store finishes one thread's two rows i0, i0 + 8 of a streaming
+// forward (spec section 3): reduces d1, d2 over the row's quad, writes
+// o = vbar (1 + tbar) - O2/d1 and vbar = O1/d1 (bf16), and the log-sum-exp
+// and tbar (f32) of row i at index so + i. o1 and o2 are the accumulators
+// in mma.sync's C layout, element 4 n + e of 8-column tile n (D/2 each).
+template <int D, bool PX>
+__device__ __forceinline__ void fwd_store(const float *o1, const float *o2, float *d1, float *d2, const float *mr,
+                                          int i0, int tq, int Lq, u16 *O, u16 *Vb, float *LSE, float *TB, i64 qo,
+                                          i64 so) {
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		d1[r] = quad_sum(d1[r]);
+		if (PX) d2[r] = quad_sum(d2[r]);
+		int i = i0 + 8 * r;
+		if (i >= Lq) continue;
+		float inv = d1[r] > 0 ? 1.0f / d1[r] : 0.0f, tb = PX ? d2[r] * inv : 0.0f;
+		u16 *orow = O + qo + (i64)i * D;
+#pragma unroll
+		for (int n = 0; n < D / 8; n++) {
+			int c = n * 8 + tq * 2;
+			float v0 = o1[n * 4 + 2 * r] * inv, v1 = o1[n * 4 + 2 * r + 1] * inv;
+			float y0 = v0, y1 = v1;
+			if (PX) {
+				y0 = v0 * (1 + tb) - o2[n * 4 + 2 * r] * inv;
+				y1 = v1 * (1 + tb) - o2[n * 4 + 2 * r + 1] * inv;
+			}
+			*(u32 *)(orow + c) = pack2(y0, y1);
+			if (Vb) *(u32 *)(Vb + qo + (i64)i * D + c) = pack2(v0, v1);
+		}
+		if (tq == 0) {
+			if (LSE) LSE[so + i] = d1[r] > 0 ? (mr[r] + log2f(d1[r])) * LN2 : NEG_INF;
+			if (TB) TB[so + i] = tb;
+		}
+	}
+}
+
 // cp_async16 copies 16 bytes global -> shared, reading src_bytes of them
 // (0 or 16) and zero-filling the rest.
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {

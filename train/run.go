@@ -68,6 +68,10 @@ type Config struct {
 	Resume        bool    `json:"-"` // continue the checkpoint in Out
 	SkipNonFinite bool    `json:"-"` // skip a step with a NaN/Inf loss or gradient instead of stopping
 	PeakFLOPS     float64 `json:"-"` // device peak FLOP/s for MFU; 0: the device's own figure, if any
+	// NoSave writes no checkpoint, not even at the end or when interrupted,
+	// so a benchmark of a large model does not write gigabytes it throws
+	// away; the run cannot be resumed.
+	NoSave bool `json:"-"`
 
 	// Data parallel (parallel.go): Group is this rank's membership of a
 	// job of several processes (nil: one process); Batch stays the global
@@ -937,7 +941,7 @@ func (r *runner) loop(ctx context.Context) (Result, error) {
 				return res, err
 			}
 		}
-		if (c.SaveEvery > 0 && stepNo%c.SaveEvery == 0) || last {
+		if !c.NoSave && ((c.SaveEvery > 0 && stepNo%c.SaveEvery == 0) || last) {
 			if err := r.save(); err != nil {
 				return res, err
 			}
@@ -949,12 +953,16 @@ func (r *runner) loop(ctx context.Context) (Result, error) {
 	}
 	if r.st.Step < c.Steps { // interrupted
 		res.Interrupted = true
-		if lastSaved != r.st.Step {
-			if err := r.save(); err != nil {
-				return res, err
+		if c.NoSave {
+			r.logf("interrupted after step %d (no checkpoint: saving is off)", r.st.Step)
+		} else {
+			if lastSaved != r.st.Step {
+				if err := r.save(); err != nil {
+					return res, err
+				}
 			}
+			r.logf("interrupted after step %d; checkpoint saved in %s (continue with --resume)", r.st.Step, c.Out)
 		}
-		r.logf("interrupted after step %d; checkpoint saved in %s (continue with --resume)", r.st.Step, c.Out)
 	}
 	if !r.leader() {
 		return res, nil

@@ -204,6 +204,36 @@ func TestResumeIsBitExact(t *testing.T) {
 	}
 }
 
+// TestNoSave: with NoSave neither a finished nor an interrupted run writes
+// a checkpoint.
+func TestNoSave(t *testing.T) {
+	for _, interrupt := range []bool{false, true} {
+		cfg := testSetup(t, model.AttentionParallax, OptMuon)
+		cfg.Steps, cfg.EvalEvery, cfg.SaveEvery, cfg.NoSave = 3, -1, 1, true
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if interrupt {
+			cfg.OnStep = func(r Record) {
+				if r.Step == 2 {
+					cancel()
+				}
+			}
+		}
+		res, err := Run(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{false: 3, true: 2}[interrupt]; res.Step != want || res.Interrupted != interrupt {
+			t.Errorf("interrupt %v: ended at step %d (interrupted %v), want step %d", interrupt, res.Step, res.Interrupted, want)
+		}
+		for _, f := range []string{model.WeightsFile, model.ConfigFile, OptimizerFile} {
+			if _, err := os.Stat(filepath.Join(cfg.Out, f)); err == nil {
+				t.Errorf("interrupt %v: NoSave run wrote %s", interrupt, f)
+			}
+		}
+	}
+}
+
 func TestCheckpointCorruptionRefused(t *testing.T) {
 	cfg := testSetup(t, model.AttentionParallax, OptMuon)
 	cfg.Steps, cfg.EvalEvery = 2, -1

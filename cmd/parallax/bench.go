@@ -16,6 +16,8 @@ import (
 const benchUsage = `
 Usage:
   parallax bench attention|decode|matmul [--device ID] [--dtype DT] [--shape LIST] [flags]
+  parallax bench train [--device ID] [--config NAME] [--attention A] [--steps N]
+                       [--warmup W] [--batch B] [--seq L] [flags]
 
 Times one op on a device and prints the time, the achieved TFLOP/s and GB/s
 and, where the device's ceilings are known (or given with --peak-tflops and
@@ -23,6 +25,15 @@ and, where the device's ceilings are known (or given with --peak-tflops and
 GPU (Vulkan: timestamp queries) are timed there; others by the wall clock
 around the op and a Sync. The median of --iters runs after one warm-up run
 is reported.
+
+train times whole training steps of a preset model instead, through the
+runner of 'parallax train' (Muon, the embedded corpus, the dtype train
+picks) with no evaluation and no checkpoint, its files in a temporary
+directory that is removed afterwards. It reports the median wall-clock step
+time of the steps after the W warm-up ones, tokens/s (B L per step), the
+parameter count N, the final training loss and, where the device reports
+its peak bf16 TFLOP/s (or --peak-tflops gives it), the model FLOP
+utilisation MFU = 6 N tokens/s / peak.
 
   matmul     --shape M,N,K             FLOPs 2 M N K; bytes of A, B and C
   attention  --shape B,H,L,D           Parallax (or --softmax) prefill, causal
@@ -32,6 +43,11 @@ is reported.
                                        by the causal mask)
   decode     --shape B,Hq,Hkv,L,D      one query per head over a KV cache of
                                        L entries; bytes of K and V read
+  train      --config NAME             model preset (default small)
+             --attention A             parallax (default) or softmax
+             --batch B --seq L         tokens per step B L (default 16 x 512)
+             --steps N --warmup W      N steps, the first W untimed
+                                       (default 30 and 5)
 
 Known ceilings: NVIDIA H200 about 4.4 TB/s (decode's KV read, cuDNN) and
 800 TFLOP/s (bf16 matrix products, cuBLAS), both measured.
@@ -41,6 +57,8 @@ const benchExamples = `
   parallax bench matmul --device vulkan:0 --shape 4096,4096,4096 --dtype f16
   parallax bench attention --device vulkan:0 --shape 8,16,4096,128 --dtype bf16 --backward
   parallax bench decode --device vulkan:0 --shape 32,32,8,16384,128 --dtype bf16
+  parallax bench train --device cuda:0 --config small --batch 16 --seq 512 --json
+  parallax bench train --device cpu --config tiny --batch 2 --seq 32 --steps 6 --warmup 2
 `
 
 // gpuTimer is implemented by devices that time ops on the device itself.
@@ -68,11 +86,14 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "\nExamples:\n%s", strings.TrimLeft(benchExamples, "\n"))
 			return errHelp
 		}
-		return usagef("missing what to bench: attention, decode or matmul")
+		return usagef("missing what to bench: attention, decode, matmul or train")
 	}
 	what := args[0]
+	if what == "train" {
+		return runBenchTrain(args[1:], stdout, stderr)
+	}
 	if what != "attention" && what != "decode" && what != "matmul" {
-		return usagef("unknown benchmark %q: attention, decode or matmul", what)
+		return usagef("unknown benchmark %q: attention, decode, matmul or train", what)
 	}
 	fs := newFlagSet("bench "+what, benchUsage, benchExamples, stdout)
 	device := fs.String("device", "auto", "device ID")

@@ -181,9 +181,9 @@ func (d *Device) Attention(a engine.AttentionArgs) error {
 	}
 	px := a.R != nil
 	if allBF16(a.Q, a.K, a.V, a.R, a.O, a.Vbar) && d.wgmma() && (dims.D == 64 || dims.D == 128) {
-		// attention_wgmma.cu: 128 query rows a block, two warpgroups,
-		// 64-key tiles double-buffered; 1 KiB for aligning the swizzled
-		// tiles.
+		// attention_wgmma.cu: 128 query rows a block, two warpgroups, key
+		// tiles of 64 or 128 with wStages in flight; 1 KiB for aligning
+		// the swizzled tiles.
 		nq := 1
 		if px {
 			nq = 2

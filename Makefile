@@ -33,8 +33,17 @@ help:
 setup:
 	@bash .ci/setup.sh
 
+# .ci/cache/nvrtc (fetched by setup): NVRTC 12 for the CUDA kernels'
+# compile test, which must then compile every module for sm_80 and sm_90a.
+NVRTC_DIR := $(CURDIR)/.ci/cache/nvrtc
+
 test: setup fmt-check vet spirv-check
-	$(GO) test ./...
+	@if [ -e "$(NVRTC_DIR)/libnvrtc.so.12" ]; then \
+		echo "PARALLAX_CUDA_LIB_DIRS=$(NVRTC_DIR) PARALLAX_REQUIRE_NVRTC=1 $(GO) test ./..."; \
+		PARALLAX_CUDA_LIB_DIRS="$(NVRTC_DIR)" PARALLAX_REQUIRE_NVRTC=1 $(GO) test ./...; \
+	else \
+		echo "$(GO) test ./..."; $(GO) test ./...; \
+	fi
 
 # The committed SPIR-V (shaders/spv) must be what glslc makes of the
 # shaders' sources: recompile into a temporary directory and compare.

@@ -86,3 +86,8 @@ need_header X11/extensions/xf86vmode.h libxxf86vm-dev
 need_header GL/gl.h libgl-dev
 need_cmd Xvfb xvfb
 need_cmd xauth xauth
+
+# NVRTC 12 for the CUDA kernels' compile test (sm_80 and the Hopper sm_90a
+# kernels; no GPU needed), as files in .ci/cache/nvrtc: `make test` points
+# the test at them and then requires them (PARALLAX_REQUIRE_NVRTC=1).
+bash .ci/fetch-nvrtc.sh .ci/cache/nvrtc || say "no NVRTC 12: the CUDA kernels' compile test will skip"

@@ -5,6 +5,7 @@ package cuda
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -14,8 +15,14 @@ import (
 // NVRTC but no GPU, and skips where NVRTC is missing.
 // PARALLAX_CUDA_PTXAS passes options to ptxas (-v: register counts);
 // PARALLAX_CUDA_DUMP names a folder to write the images to.
+// PARALLAX_REQUIRE_NVRTC=1 (make test, where .ci/setup.sh fetched NVRTC 12)
+// turns a missing NVRTC, or one without sm_90a, into a failure.
 func TestCompileKernels(t *testing.T) {
+	require := os.Getenv("PARALLAX_REQUIRE_NVRTC") == "1"
 	if err := loadNVRTC(libDirs()); err != nil {
+		if require {
+			t.Fatalf("PARALLAX_REQUIRE_NVRTC=1 but no NVRTC: %v", err)
+		}
 		t.Skipf("no NVRTC: %v", err)
 	}
 	src, err := readSources()
@@ -29,6 +36,9 @@ func TestCompileKernels(t *testing.T) {
 		if a == 80 || a == 90 {
 			targets = append(targets, archFor(a/10, a%10, maj, archs))
 		}
+	}
+	if require && !slices.Contains(targets, "sm_90a") {
+		t.Fatalf("PARALLAX_REQUIRE_NVRTC=1 but NVRTC %d cannot compile the Hopper kernels (sm_90a; targets %v)", maj, targets)
 	}
 	if len(targets) == 0 {
 		t.Skipf("NVRTC supports none of sm_80, sm_90 (has %v)", archs)

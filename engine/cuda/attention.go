@@ -46,6 +46,14 @@ const (
 	wfwdBN = 64
 )
 
+// wrowSmem is the dynamic shared memory of the row-parallel wgmma kernels
+// (forward and dq/dr): nq row tiles of 128 rows (Q, R; dq/dr also dO),
+// wStages K/V tile pairs of bn keys, and 1 KiB for aligning the swizzled
+// tiles.
+func wrowSmem(D, nq, bn int) int {
+	return (wfwdBM*nq+2*wStages(D)*bn)*D*2 + 1024
+}
+
 // Tile sizes of attention_wgmma.cu's backward: 128 keys a block, query
 // tiles of 64 rows.
 const (
@@ -201,7 +209,7 @@ func (d *Device) Attention(a engine.AttentionArgs) error {
 		if wide {
 			name, bn = fmt.Sprintf("attn_fwd_wgmma_d%d_bn128_%s", dims.D, kind(px)), 128
 		}
-		smem := (wfwdBM*nq+2*wStages(dims.D)*bn)*dims.D*2 + 1024
+		smem := wrowSmem(dims.D, nq, bn)
 		return d.launch(wgmmaMod, name,
 			[3]int{(dims.Lq + wfwdBM - 1) / wfwdBM, dims.Hq, dims.B}, [3]int{256, 1, 1}, smem,
 			newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.O)).p(ptr(a.Vbar)).p(ptr(a.LSE)).p(ptr(a.Tbar)).
@@ -316,7 +324,7 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 				name, wbn = fmt.Sprintf("attn_dq_wgmma_d%d_bn32_%s", D, kind(px)), 32
 			}
 			err = d.launch(wgmmaMod, name, [3]int{(Lq + wfwdBM - 1) / wfwdBM, Hq, B}, [3]int{256, 1, 1},
-				(wfwdBM*nq+2*wStages(D)*wbn)*D*2+1024, common(in().p(ptr(a.DQ)).p(ptr(a.DR))))
+				wrowSmem(D, nq, wbn), common(in().p(ptr(a.DQ)).p(ptr(a.DR))))
 		} else {
 			err = d.launch(mmaMod, fmt.Sprintf("attn_dq_mma_d%d_%s", D, kind(px)), [3]int{(Lq + fwdBM - 1) / fwdBM, Hq, B},
 				threads128, (fwdBM*sd*nq+4*bn*sd)*2, common(in().p(ptr(a.DQ)).p(ptr(a.DR))))

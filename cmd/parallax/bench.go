@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -313,12 +312,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if *asJSON {
-		b, err := json.MarshalIndent(r, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(stdout, "%s\n", b)
-		return err
+		return writeJSON(stdout, r)
 	}
 	fmt.Fprintf(stdout, "%s %s %s on %s (%s): %.4g ms, %.4g TFLOP/s, %.4g GB/s",
 		r.Op, r.Shape, r.DType, r.Device, info.Name, r.Millis, r.TFLOPs, r.GBs)

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"os"
-	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/parallax-engine/parallax/engine"
 	"github.com/parallax-engine/parallax/model"
@@ -122,12 +118,8 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptContext()
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop() // a second Ctrl-C ends the program at once
-	}()
 	res, err := train.Run(ctx, cfg)
 	if err != nil {
 		return &prefixedError{msg: "bench train: " + strings.TrimPrefix(err.Error(), "train: "), err: err}
@@ -164,12 +156,7 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 		r.PeakTFLOPs = peak
 	}
 	if *asJSON {
-		b, err := json.MarshalIndent(r, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(stdout, "%s\n", b)
-		return err
+		return writeJSON(stdout, r)
 	}
 	fmt.Fprintf(stdout, "%s %s %s on %s (%s): %.4g ms/step, %.4g tokens/s",
 		r.Op, r.Config, engine.Shape{r.Batch, r.Seq}, r.Device, info.Name, r.Millis, r.TokensPerS)

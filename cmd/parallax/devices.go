@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -82,12 +81,7 @@ func writeDevicesJSON(w io.Writer, list []engine.BackendStatus) error {
 		}
 		out.Backends = append(out.Backends, bj)
 	}
-	b, err := json.MarshalIndent(out, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
+	return writeJSON(w, out)
 }
 
 func writeDevicesText(w io.Writer, list []engine.BackendStatus) {

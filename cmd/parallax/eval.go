@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -147,9 +146,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		BitsPerB   float64 `json:"bits_per_byte"`
 	}{*dir, source, n, T, loss, math.Exp(loss), bpb}
 	if *asJSON {
-		b, _ := json.MarshalIndent(res, "", "  ")
-		fmt.Fprintln(stdout, string(b))
-		return nil
+		return writeJSON(stdout, res)
 	}
 	fmt.Fprintf(stdout, "%s on %s: %d tokens in windows of %d\nloss %.4f nats/token, perplexity %.2f, %.3f bits/byte\n",
 		res.Model, res.Data, res.Tokens, res.Seq, res.Loss, res.Perplexity, res.BitsPerB)
@@ -199,14 +196,12 @@ func evalTokens(m *model.Model, ids []int, dump string, asJSON bool, stdout io.W
 		mean /= float64(len(losses))
 	}
 	if asJSON {
-		b, _ := json.MarshalIndent(struct {
+		return writeJSON(stdout, struct {
 			Tokens []int     `json:"tokens"`
 			Losses []float64 `json:"next_token_losses"`
 			Mean   float64   `json:"mean_loss"`
 			Logits string    `json:"logits_file,omitempty"`
-		}{ids, losses, mean, dump}, "", "  ")
-		fmt.Fprintln(stdout, string(b))
-		return nil
+		}{ids, losses, mean, dump})
 	}
 	if len(losses) > 0 {
 		fmt.Fprintf(stdout, "%d tokens: mean next-token loss %.4f (perplexity %.2f)\n", len(ids), mean, math.Exp(mean))

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/parallax-engine/parallax/train"
 	"github.com/parallax-engine/parallax/train/mad"
@@ -165,12 +161,8 @@ func runMAD(args []string, stdout, stderr io.Writer) error {
 		cfg.Model = mc
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptContext()
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop() // a second Ctrl-C ends the program at once
-	}()
 	res, err := mad.RunSuite(ctx, cfg)
 	if res != nil && res.Finished > 0 {
 		fmt.Fprintf(stdout, "\n%s", res.Table())

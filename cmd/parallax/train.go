@@ -1,16 +1,12 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/parallax-engine/parallax/model"
 	"github.com/parallax-engine/parallax/train"
@@ -175,12 +171,8 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		return launchRanks(fs, cfg.Device, *nproc, stdout, stderr)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptContext()
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop() // a second Ctrl-C ends the program at once
-	}()
 	cfg.Stdout = stdout
 	leave, leader, err := joinFromEnv(ctx, &cfg, stderr)
 	if err != nil {

@@ -315,7 +315,7 @@ func (r *runner) setup(cfg Config) error {
 	r.flops = FLOPsPerToken(r.m.Config, cfg.Seq)
 	r.peak = cfg.PeakFLOPS
 	if r.peak == 0 {
-		r.peak = devicePeak(dev.Info())
+		r.peak = DevicePeak(dev.Info())
 	}
 	truncate := -1
 	if cfg.Resume {
@@ -330,9 +330,10 @@ func (r *runner) setup(cfg Config) error {
 	return nil
 }
 
-// devicePeak reads a peak FLOP/s figure a backend may report in its
-// features ("peak_tflops" or "peak_flops"); 0 if none.
-func devicePeak(info engine.DeviceInfo) float64 {
+// DevicePeak reads the peak FLOP/s figure a backend may report in its
+// features ("peak_tflops" or "peak_flops"), the one MFU is measured
+// against; 0 if none.
+func DevicePeak(info engine.DeviceInfo) float64 {
 	if s, ok := info.Features["peak_tflops"]; ok {
 		if v, err := strconv.ParseFloat(strings.Fields(s + " x")[0], 64); err == nil {
 			return v * 1e12

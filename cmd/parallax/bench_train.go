@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/parallax-engine/parallax/engine"
@@ -191,15 +190,12 @@ func benchTrainPresets() []string {
 	return out
 }
 
-// devicePeakTFLOPs reads the peak bf16 TFLOP/s a backend reports in its
-// features ("peak_tflops", e.g. CUDA's); 0 if none.
+// devicePeakTFLOPs is the peak bf16 TFLOP/s the device reports
+// (train.DevicePeak, the runner's own MFU reference); 0 if none or not a
+// positive finite number.
 func devicePeakTFLOPs(info engine.DeviceInfo) float64 {
-	f := strings.Fields(info.Features["peak_tflops"])
-	if len(f) == 0 {
-		return 0
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
-	if err != nil || !(v > 0) || math.IsInf(v, 0) {
+	v := train.DevicePeak(info) / 1e12
+	if !(v > 0) || math.IsInf(v, 0) {
 		return 0
 	}
 	return v

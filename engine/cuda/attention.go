@@ -83,10 +83,9 @@ func wbwdSmem(D int, px, dq bool) int {
 // attnBwdFused is the Hopper backward after the row pre-pass: one kernel
 // computes dK and dV and adds dQ and dR into zeroed f32 buffers, which are
 // then rounded to bf16.
-func (d *Device) attnBwdFused(a engine.AttentionBackwardArgs, scale float32, causal bool, window int,
-	B, Hq, Hkv, Lq, Lk, D int, T, Bv uint64) error {
-	px := a.R != nil
-	n := int64(B*Hq*Lq) * int64(D)
+func (d *Device) attnBwdFused(a engine.AttentionBackwardArgs, dm engine.AttnDims, T, Bv uint64) error {
+	px, D := a.R != nil, dm.D
+	n := int64(dm.B*dm.Hq*dm.Lq) * int64(D)
 	nb := int64(1)
 	if px {
 		nb = 2
@@ -104,9 +103,9 @@ func (d *Device) attnBwdFused(a engine.AttentionBackwardArgs, scale float32, cau
 		drf = acc.ptr + uint64(n)*4
 	}
 	if err := d.launch(wgmmaMod, fmt.Sprintf("attn_dkv_wgmma_d%d_%s_dq", D, kind(px)),
-		[3]int{(Lk + wbwdBK - 1) / wbwdBK, Hkv, B}, [3]int{256, 1, 1}, wbwdSmem(D, px, true),
+		[3]int{(dm.Lk + wbwdBK - 1) / wbwdBK, dm.Hkv, dm.B}, [3]int{256, 1, 1}, wbwdSmem(D, px, true),
 		newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.DO)).p(ptr(a.LSE)).p(T).p(Bv).p(ptr(a.Tbar)).
-			p(ptr(a.DK)).p(ptr(a.DV)).p(dqf).p(drf).i(Hq).i(Hkv).i(Lq).i(Lk).f(scale).i(b2i(causal)).i(window)); err != nil {
+			p(ptr(a.DK)).p(ptr(a.DV)).p(dqf).p(drf).i(dm.Hq).i(dm.Hkv).i(dm.Lq).i(dm.Lk).f(dm.Scale).i(b2i(dm.Causal)).i(dm.Window)); err != nil {
 		return err
 	}
 	if err := d.castRaw(ptr(a.DQ), a.DQ.DType(), dqf, engine.F32, n); err != nil {
@@ -122,7 +121,7 @@ func (d *Device) attnBwdFused(a engine.AttentionBackwardArgs, scale float32, cau
 // compiled for this device (sm_90a) and not switched off with
 // PARALLAX_CUDA_WGMMA=0.
 func (d *Device) wgmma() bool {
-	return archFor(d.g.ccMajor, d.g.ccMinor, d.g.nvrtcVersion[0], nil) == "sm_90a" && os.Getenv("PARALLAX_CUDA_WGMMA") != "0"
+	return d.g.hasWgmma() && os.Getenv("PARALLAX_CUDA_WGMMA") != "0"
 }
 
 func fwdBN(d int) int {
@@ -306,7 +305,7 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 		mode = "fused" // measured 5-9% faster for softmax at D = 64 (H200)
 	}
 	if hopper && mode == "fused" {
-		return d.attnBwdFused(a, dims.Scale, dims.Causal, dims.Window, B, Hq, Hkv, Lq, Lk, D, T, Bv)
+		return d.attnBwdFused(a, dims, T, Bv)
 	}
 	if bf16 && mmaD(D) {
 		sd, bn, bq := D+8, fwdBN(D), fwdBN(D)

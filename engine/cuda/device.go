@@ -147,9 +147,15 @@ func (g gpu) info() engine.DeviceInfo {
 	}
 }
 
+// hasWgmma reports whether attention_wgmma.cu's kernels are compiled for
+// this GPU: Hopper with NVRTC 12 or newer, which targets sm_90a.
+func (g gpu) hasWgmma() bool {
+	return archFor(g.ccMajor, g.ccMinor, g.nvrtcVersion[0], nil) == "sm_90a"
+}
+
 // attentionPath names the bf16 attention kernels this GPU runs.
 func (g gpu) attentionPath() string {
-	if archFor(g.ccMajor, g.ccMinor, g.nvrtcVersion[0], nil) == "sm_90a" {
+	if g.hasWgmma() {
 		if os.Getenv("PARALLAX_CUDA_WGMMA") == "0" {
 			return "mma.sync (wgmma switched off by PARALLAX_CUDA_WGMMA=0)"
 		}

@@ -199,58 +199,39 @@ func benchPrefill(t *testing.T, d *cuda.Device, emit func(map[string]any)) {
 				ba.R, ba.Vbar, ba.Tbar, ba.DR = r, vb, tb, dr
 				name, pf, pb = "parallax", 4, 12
 			}
-			fwd, err := d.Median(2, 10, nil, func() error { return d.Attention(fa) })
-			must(t, err)
-			both, err := d.Median(2, 10, nil, func() error {
+			fwd1 := func() error { return d.Attention(fa) }
+			fwdbwd := func() error {
 				if err := d.Attention(fa); err != nil {
 					return err
 				}
 				return d.AttentionBackward(ba)
-			})
-			must(t, err)
+			}
+			fwd, both := medianWith(t, d, fwd1), medianWith(t, d, fwdbwd)
 			unit := float64(s.B*s.H) * float64(s.L) * float64(s.L) * float64(s.D) // one causal product = 2 flops x L^2/2 x D
 			tf, tb2 := pf*unit/(fwd*1e-3)/1e12, pb*unit/(both*1e-3)/1e12
 			t.Logf("%-9s %3d %3d %6d %4d %10.3f %9.0f %12.3f %9.0f", name, s.B, s.H, s.L, s.D, fwd, tf, both, tb2)
-			// The mma.sync forward on the same inputs (the default on Hopper
-			// is the wgmma kernel).
-			os.Setenv("PARALLAX_CUDA_WGMMA", "0")
-			fm, err := d.Median(2, 10, nil, func() error { return d.Attention(fa) })
-			os.Unsetenv("PARALLAX_CUDA_WGMMA")
-			must(t, err)
+			// The other forward kernels on the same inputs (the default on
+			// Hopper is the wgmma kernel): mma.sync, and 128-key tiles.
+			fm := medianWith(t, d, fwd1, "PARALLAX_CUDA_WGMMA", "0")
 			t.Logf("%-9s %3d %3d %6d %4d %10.3f %9.0f   (forward, mma.sync kernel)", name, s.B, s.H, s.L, s.D, fm, pf*unit/(fm*1e-3)/1e12)
 			emit(map[string]any{"bench": "prefill_mma", "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "fwd_ms": fm})
 			if !px || s.D == 64 {
-				os.Setenv("PARALLAX_CUDA_FWD_BN", "128")
-				f128, err := d.Median(2, 10, nil, func() error { return d.Attention(fa) })
-				os.Unsetenv("PARALLAX_CUDA_FWD_BN")
-				must(t, err)
+				f128 := medianWith(t, d, fwd1, "PARALLAX_CUDA_FWD_BN", "128")
 				t.Logf("%-9s %3d %3d %6d %4d %10.3f %9.0f   (forward, 128-key tiles)", name, s.B, s.H, s.L, s.D, f128, pf*unit/(f128*1e-3)/1e12)
 				emit(map[string]any{"bench": "prefill_bn128", "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "fwd_ms": f128})
 			}
-			for _, mode := range []string{"fused", "dq32", "mma"} {
-				switch mode {
-				case "fused":
-					os.Setenv("PARALLAX_CUDA_BWD", "fused")
-				case "dq32":
-					if s.D != 128 {
-						continue
-					}
-					os.Setenv("PARALLAX_CUDA_DQ_BN", "32")
-				default:
-					os.Setenv("PARALLAX_CUDA_WGMMA", "0")
+			// The other backward kernel sets.
+			for _, m := range []struct {
+				mode string
+				env  []string
+			}{{"fused", []string{"PARALLAX_CUDA_BWD", "fused"}}, {"dq32", []string{"PARALLAX_CUDA_DQ_BN", "32"}},
+				{"mma", []string{"PARALLAX_CUDA_WGMMA", "0"}}} {
+				if m.mode == "dq32" && s.D != 128 {
+					continue
 				}
-				bm, err := d.Median(2, 10, nil, func() error {
-					if err := d.Attention(fa); err != nil {
-						return err
-					}
-					return d.AttentionBackward(ba)
-				})
-				os.Unsetenv("PARALLAX_CUDA_BWD")
-				os.Unsetenv("PARALLAX_CUDA_WGMMA")
-				os.Unsetenv("PARALLAX_CUDA_DQ_BN")
-				must(t, err)
-				t.Logf("%-9s %3d %3d %6d %4d %10s %9s %12.3f %9.0f   (%s backward kernels)", name, s.B, s.H, s.L, s.D, "", "", bm, pb*unit/(bm*1e-3)/1e12, mode)
-				emit(map[string]any{"bench": "prefill_bwd_" + mode, "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "fwdbwd_ms": bm})
+				bm := medianWith(t, d, fwdbwd, m.env...)
+				t.Logf("%-9s %3d %3d %6d %4d %10s %9s %12.3f %9.0f   (%s backward kernels)", name, s.B, s.H, s.L, s.D, "", "", bm, pb*unit/(bm*1e-3)/1e12, m.mode)
+				emit(map[string]any{"bench": "prefill_bwd_" + m.mode, "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "fwdbwd_ms": bm})
 			}
 			emit(map[string]any{"bench": "prefill", "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D,
 				"fwd_ms": fwd, "fwd_tflops": tf, "fwdbwd_ms": both, "fwdbwd_tflops": tb2})
@@ -260,4 +241,18 @@ func benchPrefill(t *testing.T, d *cuda.Device, emit func(map[string]any)) {
 		}
 		must(t, d.ReleaseCache())
 	}
+}
+
+// medianWith is f's median time in ms (2 warm-up runs, 10 timed) with the
+// environment variables env (name, value, ...) set, which it unsets after.
+func medianWith(t *testing.T, d *cuda.Device, f func() error, env ...string) float64 {
+	for i := 0; i+1 < len(env); i += 2 {
+		os.Setenv(env[i], env[i+1])
+	}
+	ms, err := d.Median(2, 10, nil, f)
+	for i := 0; i+1 < len(env); i += 2 {
+		os.Unsetenv(env[i])
+	}
+	must(t, err)
+	return ms
 }

@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/parallax-engine/parallax/model"
 )
 
 // The ranks that --nproc-per-node starts run this test binary; with
@@ -63,15 +61,7 @@ func TestRankDevice(t *testing.T) {
 func TestTrainNprocPerNode(t *testing.T) {
 	t.Setenv("PARALLAX_CLI_TEST_MAIN", "1")
 	dir := t.TempDir()
-	mc, err := model.PresetConfig("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc.Dim, mc.Layers, mc.Heads, mc.KVHeads, mc.HeadDim, mc.FFN = 32, 1, 2, 1, 16, 64
-	cfgPath := filepath.Join(dir, "config.json")
-	if err := model.WriteConfig(cfgPath, mc); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath := writeSmallConfig(t, dir)
 	text := strings.Repeat("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife.\n\n", 60)
 	textPath := filepath.Join(dir, "text.txt")
 	os.WriteFile(textPath, []byte(text), 0o644)

@@ -32,12 +32,19 @@ func generate() string {
 #pragma once
 
 `)
-	for _, n := range []int{32, 64, 128} {
-		for _, t := range [][2]int{{0, 0}, {0, 1}, {1, 1}, {1, 0}} {
-			emit(&b, n, false, t[0], t[1])
-		}
-		emit(&b, n, true, 0, 0)
-		emit(&b, n, true, 0, 1)
+	// The shapes attention_wgmma.cu uses: S-type products (K-major A and
+	// B) with N = 32, 64, 128 key columns; the fused backward's dQ = dS K
+	// (both MN-major); P V-type products with a register A and an MN-major
+	// B of D = 64 or 128 columns.
+	for _, w := range []struct {
+		n, ta, tb int
+		rs        bool
+	}{
+		{32, 0, 0, false}, {64, 0, 0, false}, {128, 0, 0, false},
+		{64, 1, 1, false}, {128, 1, 1, false},
+		{64, 0, 1, true}, {128, 0, 1, true},
+	} {
+		emit(&b, w.n, w.rs, w.ta, w.tb)
 	}
 	return b.String()
 }

@@ -19,7 +19,10 @@ import (
 // (a test, not a Benchmark, so that one run prints a whole table). Times
 // are medians of CUDA-event timings; decode flushes the L2 cache before
 // every run. PARALLAX_BENCH_OUT names a JSON-lines file for the results;
-// PARALLAX_BENCH_ONLY=decode|prefill limits the sets.
+// PARALLAX_BENCH_ONLY=decode|prefill limits the sets. For prefill,
+// PARALLAX_BENCH_SHAPES="B,H,L,D;..." replaces the shapes,
+// PARALLAX_BENCH_KIND=parallax|softmax keeps one kind and
+// PARALLAX_BENCH_VARIANTS=0 skips the non-default kernels.
 //
 //	PARALLAX_CUDA_BENCH=1 go test ./engine/cuda -run TestBench -v
 func TestBench(t *testing.T) {
@@ -177,6 +180,17 @@ func benchPrefill(t *testing.T, d *cuda.Device, emit func(map[string]any)) {
 	type shape struct{ B, H, L, D int }
 	shapes := []shape{{8, 16, 2048, 128}, {4, 16, 4096, 128}, {2, 16, 8192, 128}, {1, 16, 16384, 128},
 		{16, 16, 1024, 64}, {8, 16, 2048, 64}, {8, 16, 4096, 64}, {1, 16, 16384, 64}}
+	if env := os.Getenv("PARALLAX_BENCH_SHAPES"); env != "" {
+		shapes = nil
+		for _, f := range strings.Split(env, ";") {
+			var s shape
+			if _, err := fmt.Sscanf(f, "%d,%d,%d,%d", &s.B, &s.H, &s.L, &s.D); err != nil {
+				t.Fatalf("PARALLAX_BENCH_SHAPES: %q: want B,H,L,D: %v", f, err)
+			}
+			shapes = append(shapes, s)
+		}
+	}
+	kindOnly, variants := os.Getenv("PARALLAX_BENCH_KIND"), os.Getenv("PARALLAX_BENCH_VARIANTS") != "0"
 	t.Logf("prefill (bf16, causal, median of 10):")
 	t.Logf("%-9s %3s %3s %6s %4s %10s %9s %12s %9s", "kind", "B", "H", "L", "D", "fwd ms", "TFLOP/s", "fwd+bwd ms", "TFLOP/s")
 	for _, s := range shapes {
@@ -199,6 +213,9 @@ func benchPrefill(t *testing.T, d *cuda.Device, emit func(map[string]any)) {
 				ba.R, ba.Vbar, ba.Tbar, ba.DR = r, vb, tb, dr
 				name, pf, pb = "parallax", 4, 12
 			}
+			if kindOnly != "" && kindOnly != name {
+				continue
+			}
 			fwd1 := func() error { return d.Attention(fa) }
 			fwdbwd := func() error {
 				if err := d.Attention(fa); err != nil {
@@ -210,6 +227,11 @@ func benchPrefill(t *testing.T, d *cuda.Device, emit func(map[string]any)) {
 			unit := float64(s.B*s.H) * float64(s.L) * float64(s.L) * float64(s.D) // one causal product = 2 flops x L^2/2 x D
 			tf, tb2 := pf*unit/(fwd*1e-3)/1e12, pb*unit/(both*1e-3)/1e12
 			t.Logf("%-9s %3d %3d %6d %4d %10.3f %9.0f %12.3f %9.0f", name, s.B, s.H, s.L, s.D, fwd, tf, both, tb2)
+			emit(map[string]any{"bench": "prefill", "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D,
+				"fwd_ms": fwd, "fwd_tflops": tf, "fwdbwd_ms": both, "fwdbwd_tflops": tb2})
+			if !variants {
+				continue
+			}
 			// The other forward kernels on the same inputs (the default on
 			// Hopper is the wgmma kernel): mma.sync, and 128-key tiles.
 			fm := medianWith(t, d, fwd1, "PARALLAX_CUDA_WGMMA", "0")
@@ -233,8 +255,6 @@ func benchPrefill(t *testing.T, d *cuda.Device, emit func(map[string]any)) {
 				t.Logf("%-9s %3d %3d %6d %4d %10s %9s %12.3f %9.0f   (%s backward kernels)", name, s.B, s.H, s.L, s.D, "", "", bm, pb*unit/(bm*1e-3)/1e12, m.mode)
 				emit(map[string]any{"bench": "prefill_bwd_" + m.mode, "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "fwdbwd_ms": bm})
 			}
-			emit(map[string]any{"bench": "prefill", "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D,
-				"fwd_ms": fwd, "fwd_tflops": tf, "fwdbwd_ms": both, "fwdbwd_tflops": tb2})
 		}
 		for _, x := range []*engine.Tensor{q, k, v, r, g, o, vb, dq, dk, dv, dr, lse, tb} {
 			d.Free(x)

@@ -62,8 +62,9 @@ const (
 )
 
 // wbwdSmem is the dynamic shared memory of attn_dkv_wgmma: K and V, the
-// buffers of the Q, dO (and R) tiles and their four row statistics, with
-// dq the two warpgroups' dS and dT tiles, and 1 KiB for alignment.
+// buffers of the Q, dO (and R) tiles and their four row statistics, the
+// two warpgroups' dS and dT tiles with dq, their dS, dT and Pe tiles for
+// Parallax at D = 128 (the kernel's SMEMFRAG), and 1 KiB for alignment.
 func wbwdSmem(D int, px, dq bool) int {
 	nq := 2
 	if px {
@@ -74,7 +75,10 @@ func wbwdSmem(D int, px, dq bool) int {
 		ns = 2
 	}
 	n := 2*wbwdBK*D*2 + ns*nq*wbwdBQ*D*2 + ns*4*wbwdBQ*4 + 1024
-	if dq {
+	switch {
+	case px && D == 128:
+		n += 2 * 3 * 64 * 64 * 2
+	case dq:
 		n += 2 * 2 * 64 * 64 * 2
 	}
 	return n
@@ -287,8 +291,14 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 	if !px {
 		Bv = 0
 	}
-	if err := d.launch(simtMod, "bwd_pre", warpRows(rows), threads128, 0,
-		newArgs().p(ptr(a.DO)).p(ptr(a.O)).p(ptr(a.Vbar)).i(dt(a.DO)).i(dt(a.O)).i(dtOr(a.Vbar)).p(T).p(Bv).l(int64(rows)).i(D)); err != nil {
+	if allBF16(a.DO, a.O, a.Vbar) && D%8 == 0 && D <= 256 && D&(D-1) == 0 {
+		err = d.launch(simtMod, "bwd_pre_bf16", [3]int{(rows*(D/8) + 255) / 256, 1, 1}, [3]int{256, 1, 1}, 0,
+			newArgs().p(ptr(a.DO)).p(ptr(a.O)).p(ptr(a.Vbar)).p(T).p(Bv).l(int64(rows)).i(D))
+	} else {
+		err = d.launch(simtMod, "bwd_pre", warpRows(rows), threads128, 0,
+			newArgs().p(ptr(a.DO)).p(ptr(a.O)).p(ptr(a.Vbar)).i(dt(a.DO)).i(dt(a.O)).i(dtOr(a.Vbar)).p(T).p(Bv).l(int64(rows)).i(D))
+	}
+	if err != nil {
 		return err
 	}
 	common := func(x *args) *args {

@@ -143,6 +143,37 @@ extern "C" __global__ void bwd_pre(const void *g, const void *o, const void *vba
 	}
 }
 
+// bwd_pre_bf16: bwd_pre for bf16 g, o and vbar with D / 8 a power of two
+// up to 32: LPR = D / 8 lanes a row, each one 16-byte load of each tensor,
+// f32 sums (the tensor-core kernels' precision). The one-warp-a-row
+// version reads 2 bytes a lane and ran at a third of the memory bandwidth.
+extern "C" __global__ void bwd_pre_bf16(const uint4 *g, const uint4 *o, const uint4 *vbar, float *T, float *Bv, i64 rows,
+                                        int D) {
+	const int lpr = D >> 3, sub = threadIdx.x & (lpr - 1);
+	const i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / lpr;
+	const bool ok = row < rows;
+	float t = 0, bv = 0;
+	if (ok) {
+		const i64 at = row * lpr + sub;
+		uint4 gx = g[at], ox = o[at], vx = vbar ? vbar[at] : make_uint4(0, 0, 0, 0);
+		const u32 *gw = &gx.x, *ow = &ox.x, *vw = &vx.x;
+#pragma unroll
+		for (int w = 0; w < 4; w++) {
+			float g0 = __uint_as_float(gw[w] << 16), g1 = __uint_as_float(gw[w] & 0xffff0000u);
+			t += g0 * __uint_as_float(ow[w] << 16) + g1 * __uint_as_float(ow[w] & 0xffff0000u);
+			bv += g0 * __uint_as_float(vw[w] << 16) + g1 * __uint_as_float(vw[w] & 0xffff0000u);
+		}
+	}
+	for (int m = lpr >> 1; m > 0; m >>= 1) {
+		t += __shfl_xor_sync(0xffffffffu, t, m);
+		bv += __shfl_xor_sync(0xffffffffu, bv, m);
+	}
+	if (ok && sub == 0) {
+		T[row] = t;
+		if (Bv) Bv[row] = bv;
+	}
+}
+
 // attn_dq_simt: dq = scale sum dS k and dr = sum dT k, one warp per row.
 extern "C" __global__ void attn_dq_simt(const void *q, const void *r, const void *k, const void *v, const void *g,
                                         const float *lse, const float *T, const float *Bv, const float *tbar, void *dq,

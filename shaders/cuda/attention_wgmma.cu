@@ -43,6 +43,13 @@ __device__ __forceinline__ void async_fence() { asm volatile("fence.proxy.async.
 // on the H200, so they keep the one-group schedule.
 #define OVERLAP(D, PX) (!((D) == 128 && (PX)))
 
+// SMEMFRAG selects the dk/dv kernel's shared-memory operands: dS, dT and
+// Pe go to shared memory as each is formed, and dV, dK are products of two
+// shared operands. The Parallax D = 128 kernel needs it: with the three
+// as register fragments (48 registers) next to its S, A, T and dK, dV
+// accumulators (224) ptxas serializes every wgmma (C7512) and spills.
+#define SMEMFRAG(D, PX) ((D) == 128 && (PX))
+
 // sw_desc is the wgmma descriptor of a 128-byte-swizzled operand at shared
 // address addr: lbo is the byte distance between 64-column panels (used by
 // MN-major operands wider than 64), 8-row groups are 1024 bytes apart.
@@ -115,6 +122,18 @@ __device__ __forceinline__ void mma_pv(float *o, const u32 (*p)[4], u32 v) {
 		u64 dv = sw_desc(v + k2 * 16 * 128, BN * 128);
 		if (D == 128) wgmma_rs_n128_t1(o, p[k2], dv, 1);
 		else wgmma_rs_n64_t1(o, p[k2], dv, 1);
+	}
+}
+
+// O (64 x D) += A^T V over the BQ rows of a V-like tile (MN-major B), A^T
+// a 64 x BQ K-major swizzled tile in shared memory.
+template <int D, int BQ>
+__device__ __forceinline__ void mma_pv_ss(float *o, u32 a, u32 v) {
+#pragma unroll
+	for (int ks = 0; ks < BQ / 16; ks++) {
+		u64 da = sw_desc(a + ks * 32, 16), dv = sw_desc(v + ks * 16 * 128, BQ * 128);
+		if (D == 128) wgmma_ss_n128_t01(o, da, dv, 1);
+		else wgmma_ss_n64_t01(o, da, dv, 1);
 	}
 }
 
@@ -306,16 +325,17 @@ __device__ __forceinline__ void red_add2(float *p, float a, float b) {
 // vector reductions: 8 products per tile instead of the 11 of a separate
 // dq kernel that recomputes S, T and A.
 // ---------------------------------------------------------------------
-template <int D, bool PX, bool DQ, int NS, bool OV>
+template <int D, bool PX, bool DQ, int NS, bool OV, bool SF>
 __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_,
                                           const float *LSE, const float *T, const float *BV, const float *TB, u16 *DK,
                                           u16 *DV, float *DQf, float *DRf, int Hq, int Hkv, int Lq, int Lk, float scale,
                                           int causal, int window) {
 	constexpr int BK = 128, BQ = 64, KB = BK * D * 2, QB = BQ * D * 2, NQ = PX ? 3 : 2;
+	static_assert(!(SF && OV), "shared-memory operands only in the one-group schedule");
 	extern __shared__ __align__(1024) unsigned char smem[];
 	const u32 base = (smem_addr(smem) + 1023) & ~1023u;
 	unsigned char *gbase = smem + (base - smem_addr(smem));
-	// [K][V][2 x (Q, dO, R)][2 x 4 x BQ stats][2 warpgroups x (dS, dT)]
+	// [K][V][NS x (Q, dO, R)][NS x 4 x BQ stats][2 warpgroups x (dS, dT[, Pe])]
 	const u32 aK = base, aV = aK + KB, aQ0 = aV + KB;
 	float *st = (float *)(gbase + 2 * KB + NS * NQ * QB); // lse*log2e, T, Bv, tbar
 	const u32 aDS = base + 2 * KB + NS * NQ * QB + NS * 4 * BQ * 4;
@@ -361,8 +381,8 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 	for (int i = 0; i < D / 2; i++) ak[i] = av[i] = 0;
 	const int jr0 = wj0 + warp * 16 + g; // keys of this thread's rows: jr0, jr0 + 8
 	const u32 wK = aK + wg * 64 * 128, wV = aV + wg * 64 * 128;
-	const u32 wDS = aDS + wg * 2 * 64 * 128, wDT = wDS + 64 * 128;
-	unsigned char *gDS = gbase + (wDS - base), *gDT = gbase + (wDT - base);
+	const u32 wDS = aDS + wg * (SF ? 3 : 2) * 64 * 128, wDT = wDS + 64 * 128, wPE = wDT + 64 * 128;
+	unsigned char *gDS = gbase + (wDS - base), *gDT = gbase + (wDT - base), *gPE = gbase + (wPE - base);
 
 	for (int t = 0; t < ntiles; t++) {
 		if (t + 1 < ntiles) load_tile(t + 1, (t + 1) % NS);
@@ -452,10 +472,16 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 				mma_pv<D, BQ>(ak, as, qs);
 				wg_commit();
 			} else {
+				// opaque copies: otherwise the loop-invariant descriptors of
+				// every k-step (and the tile offsets of every store) are
+				// hoisted out of the loop into registers
+				u32 oK = wK, oV = wV;
+				int sro = (warp * 16 + g) * 128 + tq * 4, sxo = g << 4;
+				if (SF) asm volatile("" : "+r"(oK), "+r"(oV), "+r"(sro), "+r"(sxo));
 				wg_fence();
-				mma_qk<BQ, D>(s, wK, BK, qs);
-				mma_qk<BQ, D>(aa, wV, BK, gs);
-				if (PX) mma_qk<BQ, D>(tt, wK, BK, rs);
+				mma_qk<BQ, D>(s, oK, BK, qs);
+				mma_qk<BQ, D>(aa, oV, BK, gs);
+				if (PX) mma_qk<BQ, D>(tt, oK, BK, rs);
 				wg_commit();
 				wg_wait<0>();
 				// interior tiles (every pair visible) skip the mask
@@ -491,22 +517,39 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 							}
 						}
 					}
-					// A fragment of k-step n/2: regs {row g, row g+8} x {cols 0-7, 8-15}
 	#pragma unroll
 					for (int r = 0; r < 2; r++) {
-						int k2 = n >> 1, q = r | ((n & 1) << 1);
-						as[k2][q] = pack2(ds[r][0], ds[r][1]);
-						ap[k2][q] = pack2(pe[r][0], pe[r][1]);
-						if (PX) at[k2][q] = pack2(dt[r][0], dt[r][1]);
+						if (SF) { // [key][query] tiles, swizzled: row warp 16 + g + 8 r, 16-byte chunk n ^ g
+							const int o = sro + r * 8 * 128 + ((n << 4) ^ sxo);
+							*(u32 *)(gDS + o) = pack2(ds[r][0], ds[r][1]);
+							*(u32 *)(gPE + o) = pack2(pe[r][0], pe[r][1]);
+							if (PX) *(u32 *)(gDT + o) = pack2(dt[r][0], dt[r][1]);
+						} else { // A fragment of k-step n/2: regs {row g, row g+8} x {cols 0-7, 8-15}
+							int k2 = n >> 1, q = r | ((n & 1) << 1);
+							as[k2][q] = pack2(ds[r][0], ds[r][1]);
+							ap[k2][q] = pack2(pe[r][0], pe[r][1]);
+							if (PX) at[k2][q] = pack2(dt[r][0], dt[r][1]);
+						}
 					}
 				}
-				wg_fence();
-				mma_pv<D, BQ>(av, ap, gs);
-				mma_pv<D, BQ>(ak, as, qs);
-				if (PX) mma_pv<D, BQ>(ak, at, rs);
+				if (SF) {
+					async_fence(); // the whole warpgroup's tiles, before its wgmma reads them
+					asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory");
+					u32 oPE = wPE, oDS = wDS, oDT = wDT; // opaque, as above
+					asm volatile("" : "+r"(oPE), "+r"(oDS), "+r"(oDT));
+					wg_fence();
+					mma_pv_ss<D, BQ>(av, oPE, gs);
+					mma_pv_ss<D, BQ>(ak, oDS, qs);
+					if (PX) mma_pv_ss<D, BQ>(ak, oDT, rs);
+				} else {
+					wg_fence();
+					mma_pv<D, BQ>(av, ap, gs);
+					mma_pv<D, BQ>(ak, as, qs);
+					if (PX) mma_pv<D, BQ>(ak, at, rs);
+				}
 				wg_commit();
 			}
-			if (DQ) {
+			if (DQ && !SF) {
 				// scale dS and dT as [key][query] tiles: the MN-major A
 				// operand of dQ = dS K.
 #pragma unroll
@@ -521,8 +564,10 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 			}
 			wg_wait<0>();
 			if (DQ) {
-				async_fence();
-				asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory");
+				if (!SF) { // (SF: stored and fenced before dK, dV)
+					async_fence();
+					asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory");
+				}
 				const int h = hk * G + gg;
 				float *dqrow = DQf + ((i64)b * Hq + h) * Lq * D, *drrow = DRf + ((i64)b * Hq + h) * Lq * D;
 #pragma unroll
@@ -568,7 +613,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_, const float *LSE, const float *T,       \
 	    const float *BV, const float *TB, u16 *DK, u16 *DV, float *DQf, float *DRf, int Hq, int Hkv, int Lq, int Lk,   \
 	    float scale, int causal, int window) {                                                                          \
-		wdkv_impl<D, PX, DQ, DQ ? 2 : STAGES(D), OVERLAP(D, PX)>(Q, R, K, V, G_, LSE, T, BV, TB, DK, DV, DQf, DRf, Hq, Hkv, Lq, Lk, scale, causal, window); \
+		wdkv_impl<D, PX, DQ, DQ ? 2 : STAGES(D), OVERLAP(D, PX), SMEMFRAG(D, PX)>(Q, R, K, V, G_, LSE, T, BV, TB, DK, DV, DQf, DRf, Hq, Hkv, Lq, Lk, scale, causal, window); \
 	}
 WDKV(64, px, true, true, _dq)
 WDKV(64, sm, false, true, _dq)

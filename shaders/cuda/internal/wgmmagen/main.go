@@ -34,14 +34,16 @@ func generate() string {
 `)
 	// The shapes attention_wgmma.cu uses: S-type products (K-major A and
 	// B) with N = 32, 64, 128 key columns; the fused backward's dQ = dS K
-	// (both MN-major); P V-type products with a register A and an MN-major
-	// B of D = 64 or 128 columns.
+	// (both MN-major); P V-type products with an MN-major B of D = 64 or
+	// 128 columns and A from registers or (the dk/dv kernel's
+	// shared-memory dS, dT and Pe) K-major from shared memory.
 	for _, w := range []struct {
 		n, ta, tb int
 		rs        bool
 	}{
 		{32, 0, 0, false}, {64, 0, 0, false}, {128, 0, 0, false},
 		{64, 1, 1, false}, {128, 1, 1, false},
+		{64, 0, 1, false}, {128, 0, 1, false},
 		{64, 0, 1, true}, {128, 0, 1, true},
 	} {
 		emit(&b, w.n, w.rs, w.ta, w.tb)

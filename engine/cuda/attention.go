@@ -74,7 +74,7 @@ func wbwdSmem(D int, px, dq bool) int {
 	if dq {
 		ns = 2
 	}
-	n := 2*wbwdBK*D*2 + ns*nq*wbwdBQ*D*2 + ns*4*wbwdBQ*4 + 1024
+	n := 2*wbwdBK*D*2 + ns*nq*wbwdBQ*D*2 + ns*4*wbwdBQ*4 + 1024 + 64 // 64: the TMA kernel's mbarriers
 	switch {
 	case px && D == 128:
 		n += 2 * 3 * 64 * 64 * 2
@@ -119,6 +119,39 @@ func (d *Device) attnBwdFused(a engine.AttentionBackwardArgs, dm engine.AttnDims
 		return nil
 	}
 	return d.castRaw(ptr(a.DR), a.DR.DType(), drf, engine.F32, n)
+}
+
+// attnDkvTMA launches attn_dkv_tma: dK and dV with Q, dO, R and the packed
+// row statistics (stats, from bwd_pre_bf16) read through tensor maps.
+func (d *Device) attnDkvTMA(a engine.AttentionBackwardArgs, dm engine.AttnDims, stats uint64) error {
+	px, D := a.R != nil, dm.D
+	bh, Lq := uint64(dm.B*dm.Hq), uint64(dm.Lq)
+	rowMap := func(t *engine.Tensor) (*tensorMap, error) { // [B, Hq, Lq, D] bf16, boxes of 64 rows x 64 columns
+		return newTensorMap(tmBF16, ptr(t), []uint64{uint64(D), Lq, bh}, []uint64{uint64(D) * 2, Lq * uint64(D) * 2},
+			[]uint32{64, wbwdBQ, 1}, tmSwizzle128)
+	}
+	mq, err := rowMap(a.Q)
+	if err != nil {
+		return err
+	}
+	mg, err := rowMap(a.DO)
+	if err != nil {
+		return err
+	}
+	mr := mq
+	if px {
+		if mr, err = rowMap(a.R); err != nil {
+			return err
+		}
+	}
+	ms, err := newTensorMap(tmF32, stats, []uint64{4, Lq, bh}, []uint64{16, Lq * 16}, []uint32{4, wbwdBQ, 1}, tmSwizzle0)
+	if err != nil {
+		return err
+	}
+	return d.launch(wgmmaMod, fmt.Sprintf("attn_dkv_tma_d%d_%s", D, kind(px)),
+		[3]int{(dm.Lk + wbwdBK - 1) / wbwdBK, dm.Hkv, dm.B}, [3]int{256, 1, 1}, wbwdSmem(D, px, false),
+		newArgs().p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.DK)).p(ptr(a.DV)).i(dm.Hq).i(dm.Hkv).i(dm.Lq).i(dm.Lk).f(dm.Scale).
+			i(b2i(dm.Causal)).i(dm.Window).tmap(mq).tmap(mg).tmap(mr).tmap(ms))
 }
 
 // wgmma reports whether the Hopper kernels of attention_wgmma.cu are
@@ -282,18 +315,39 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 		}
 		return nil
 	}
-	st, err := d.scratch(int64(rows) * 8)
+	bf16 := allBF16(a.Q, a.K, a.V, a.R, a.O, a.DO, a.Vbar, a.DQ, a.DK, a.DV, a.DR)
+	// On Hopper: wgmma dq/dr and dk/dv kernels, the dk/dv one fed by TMA
+	// (softmax at D = 64: the fused one); PARALLAX_CUDA_BWD=split takes
+	// the mma.sync dq/dr kernel instead, =fused the one-kernel backward
+	// with f32 dq/dr reductions (attnBwdFused), =wgmma the two wgmma
+	// kernels with cp.async loads, =tma the TMA dk/dv kernel.
+	mode := os.Getenv("PARALLAX_CUDA_BWD")
+	hopper := bf16 && d.wgmma() && (D == 64 || D == 128)
+	if mode == "" && !px && D == 64 {
+		mode = "fused" // measured 5-9% faster for softmax at D = 64 (H200)
+	}
+	tma := hopper && (mode == "" || mode == "tma") && hasTensorMaps()
+	// T and Bv, then (TMA) the packed row statistics, 256-byte aligned
+	packed := (int64(rows)*8 + 255) &^ 255
+	n := int64(rows) * 8
+	if tma {
+		n = packed + int64(rows)*16
+	}
+	st, err := d.scratch(n)
 	if err != nil {
 		return err
 	}
 	defer d.alloc.put(st)
-	T, Bv := st.ptr, st.ptr+uint64(rows)*4
+	T, Bv, stats := st.ptr, st.ptr+uint64(rows)*4, uint64(0)
 	if !px {
 		Bv = 0
 	}
+	if tma {
+		stats = st.ptr + uint64(packed)
+	}
 	if allBF16(a.DO, a.O, a.Vbar) && D%8 == 0 && D <= 256 && D&(D-1) == 0 {
 		err = d.launch(simtMod, "bwd_pre_bf16", [3]int{(rows*(D/8) + 255) / 256, 1, 1}, [3]int{256, 1, 1}, 0,
-			newArgs().p(ptr(a.DO)).p(ptr(a.O)).p(ptr(a.Vbar)).p(T).p(Bv).l(int64(rows)).i(D))
+			newArgs().p(ptr(a.DO)).p(ptr(a.O)).p(ptr(a.Vbar)).p(T).p(Bv).l(int64(rows)).i(D).p(ptr(a.LSE)).p(ptr(a.Tbar)).p(stats))
 	} else {
 		err = d.launch(simtMod, "bwd_pre", warpRows(rows), threads128, 0,
 			newArgs().p(ptr(a.DO)).p(ptr(a.O)).p(ptr(a.Vbar)).i(dt(a.DO)).i(dt(a.O)).i(dtOr(a.Vbar)).p(T).p(Bv).l(int64(rows)).i(D))
@@ -303,16 +357,6 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 	}
 	common := func(x *args) *args {
 		return x.i(Hq).i(Hkv).i(Lq).i(Lk).f(dims.Scale).i(b2i(dims.Causal)).i(dims.Window)
-	}
-	bf16 := allBF16(a.Q, a.K, a.V, a.R, a.O, a.DO, a.Vbar, a.DQ, a.DK, a.DV, a.DR)
-	// On Hopper: wgmma dq/dr and dk/dv kernels (softmax at D = 64: the
-	// fused one); PARALLAX_CUDA_BWD=split takes the mma.sync dq/dr kernel
-	// instead, =fused the one-kernel backward with f32 dq/dr reductions
-	// (attnBwdFused), =wgmma the two wgmma kernels.
-	mode := os.Getenv("PARALLAX_CUDA_BWD")
-	hopper := bf16 && d.wgmma() && (D == 64 || D == 128)
-	if mode == "" && !px && D == 64 {
-		mode = "fused" // measured 5-9% faster for softmax at D = 64 (H200)
 	}
 	if hopper && mode == "fused" {
 		return d.attnBwdFused(a, dims, T, Bv)
@@ -340,6 +384,9 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 		}
 		if err != nil || Lk == 0 {
 			return err
+		}
+		if tma {
+			return d.attnDkvTMA(a, dims, stats)
 		}
 		if hopper {
 			return d.launch(wgmmaMod, fmt.Sprintf("attn_dkv_wgmma_d%d_%s", D, kind(px)),

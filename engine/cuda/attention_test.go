@@ -199,7 +199,7 @@ func TestTensorCoreAttention(t *testing.T) {
 					return p.c
 				}, dq, dk, dv, dr)
 				for _, vr := range []struct{ name, wgmma, bwd, dqbn string }{
-					{"", "", "", ""}, {" wgmma", "", "wgmma", ""}, {" dq32", "", "", "32"}, {" fused", "", "fused", ""},
+					{"", "", "", ""}, {" wgmma", "", "wgmma", ""}, {" tma", "", "tma", ""}, {" dq32", "", "", "32"}, {" fused", "", "fused", ""},
 					{" split", "", "split", ""}, {" mma", "0", "", ""}} {
 					t.Setenv("PARALLAX_CUDA_WGMMA", vr.wgmma)
 					t.Setenv("PARALLAX_CUDA_BWD", vr.bwd)

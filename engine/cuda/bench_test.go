@@ -247,6 +247,7 @@ func benchPrefill(t *testing.T, d *cuda.Device, emit func(map[string]any)) {
 				mode string
 				env  []string
 			}{{"fused", []string{"PARALLAX_CUDA_BWD", "fused"}}, {"dq32", []string{"PARALLAX_CUDA_DQ_BN", "32"}},
+				{"cp.async", []string{"PARALLAX_CUDA_BWD", "wgmma"}}, {"tma", []string{"PARALLAX_CUDA_BWD", "tma"}},
 				{"mma", []string{"PARALLAX_CUDA_WGMMA", "0"}}} {
 				if m.mode == "dq32" && s.D != 128 {
 					continue

@@ -325,7 +325,61 @@ func (a *args) f(v float32) *args {
 	return a
 }
 
+// tmap appends a tensor map (a 64-byte-aligned 128-byte struct).
+func (a *args) tmap(m *tensorMap) *args {
+	a.align(64)
+	a.b = append(a.b, m[:]...)
+	return a
+}
+
 func newArgs() *args { return &args{b: make([]byte, 0, 128)} }
+
+// tensorMap is a CUtensorMap: what the TMA unit needs to copy boxes of a
+// tensor in global memory into shared memory.
+type tensorMap [128]byte
+
+// Tensor map element types and swizzles (cuda.h's CUtensorMapDataType and
+// CUtensorMapSwizzle).
+const (
+	tmF32        = 7
+	tmBF16       = 9
+	tmSwizzle0   = 0
+	tmSwizzle128 = 3
+)
+
+// hasTensorMaps reports whether the driver encodes tensor maps and they
+// are not switched off with PARALLAX_CUDA_TMA=0.
+func hasTensorMaps() bool {
+	return C.pxcu_has_tensor_map() != 0 && os.Getenv("PARALLAX_CUDA_TMA") != "0"
+}
+
+// newTensorMap encodes a tiled tensor map of a rank-dimensional tensor at
+// device address addr: dims innermost first, strides in bytes of the
+// dimensions after the first, box the copied box's extent; elements
+// outside the tensor read as zero.
+func newTensorMap(dtype int, addr uint64, dims, strides []uint64, box []uint32, swizzle int) (*tensorMap, error) {
+	if C.pxcu_has_tensor_map() == 0 {
+		return nil, fmt.Errorf("cuTensorMapEncodeTiled: not in this CUDA driver (needs CUDA 12)")
+	}
+	if len(dims) < 1 || len(dims) > 5 || len(strides) != len(dims)-1 || len(box) != len(dims) {
+		return nil, fmt.Errorf("tensor map: %d dims, %d strides, %d box extents", len(dims), len(strides), len(box))
+	}
+	var m tensorMap
+	cd := make([]C.ulonglong, len(dims))
+	cs := make([]C.ulonglong, len(dims))
+	cb := make([]C.uint, len(dims))
+	for i := range dims {
+		cd[i], cb[i] = C.ulonglong(dims[i]), C.uint(box[i])
+		if i < len(strides) {
+			cs[i] = C.ulonglong(strides[i])
+		}
+	}
+	if r := C.pxcu_tensor_map(unsafe.Pointer(&m[0]), C.int(dtype), C.uint(len(dims)), C.ulonglong(addr), &cd[0], &cs[0],
+		&cb[0], C.int(swizzle)); r != 0 {
+		return nil, fmt.Errorf("%w (dims %v, strides %v, box %v)", cuErr("cuTensorMapEncodeTiled", r), dims, strides, box)
+	}
+	return &m, nil
+}
 
 // launch enqueues kernel module/name on the device's stream.
 func (d *Device) launch(module, name string, grid, block [3]int, smem int, a *args) error {

@@ -48,6 +48,9 @@ static CUresult (*p_cuEventRecord)(CUevent, CUstream);
 static CUresult (*p_cuEventSynchronize)(CUevent);
 static CUresult (*p_cuEventElapsedTime)(float *, CUevent, CUevent);
 static CUresult (*p_cuGetErrorString)(CUresult, const char **);
+static CUresult (*p_cuTensorMapEncodeTiled)(void *, int, unsigned, void *, const unsigned long long *,
+                                            const unsigned long long *, const unsigned *, const unsigned *, int, int,
+                                            int, int);
 
 // sym looks up the first of up to three names that the library exports:
 // the versioned ABI that cuda.h maps a name to first, then older ones.
@@ -97,6 +100,8 @@ const char *pxcu_bind_cuda(void *lib) {
 	BIND(p_cuEventSynchronize, "cuEventSynchronize", 0, 0);
 	BIND(p_cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime", 0);
 	BIND(p_cuGetErrorString, "cuGetErrorString", 0, 0);
+	// optional (CUDA 12 drivers): the TMA kernels are skipped without it
+	*(void **)(&p_cuTensorMapEncodeTiled) = sym(lib, "cuTensorMapEncodeTiled", 0, 0);
 	return 0;
 }
 
@@ -175,6 +180,14 @@ CUresult pxcu_module_unload(CUcontext ctx, CUmodule m) {
 CUresult pxcu_module_function(CUcontext ctx, CUfunction *f, CUmodule m, const char *name) {
 	CUR(ctx);
 	return p_cuModuleGetFunction(f, m, name);
+}
+int pxcu_has_tensor_map(void) { return p_cuTensorMapEncodeTiled != 0; }
+CUresult pxcu_tensor_map(void *out, int dtype, unsigned rank, unsigned long long addr, const unsigned long long *dims,
+                         const unsigned long long *strides, const unsigned *box, int swizzle) {
+	static const unsigned es[5] = {1, 1, 1, 1, 1};
+	if (!p_cuTensorMapEncodeTiled) return 500; // CUDA_ERROR_NOT_FOUND
+	// no interleave, L2 promotion of 128 bytes, out-of-bounds elements read as zero
+	return p_cuTensorMapEncodeTiled(out, dtype, rank, (void *)addr, dims, strides, box, es, 0, swizzle, 2, 0);
 }
 CUresult pxcu_func_set_smem(CUcontext ctx, CUfunction f, int bytes) {
 	CUR(ctx);

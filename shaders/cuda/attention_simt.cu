@@ -147,8 +147,10 @@ extern "C" __global__ void bwd_pre(const void *g, const void *o, const void *vba
 // up to 32: LPR = D / 8 lanes a row, each one 16-byte load of each tensor,
 // f32 sums (the tensor-core kernels' precision). The one-warp-a-row
 // version reads 2 bytes a lane and ran at a third of the memory bandwidth.
+// With st it also writes each row's statistics packed for the TMA dk/dv
+// kernel: (lse log2e, or +inf for a row that sees no key; T; Bv; tbar).
 extern "C" __global__ void bwd_pre_bf16(const uint4 *g, const uint4 *o, const uint4 *vbar, float *T, float *Bv, i64 rows,
-                                        int D) {
+                                        int D, const float *lse, const float *tbar, float4 *st) {
 	const int lpr = D >> 3, sub = threadIdx.x & (lpr - 1);
 	const i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / lpr;
 	const bool ok = row < rows;
@@ -171,6 +173,11 @@ extern "C" __global__ void bwd_pre_bf16(const uint4 *g, const uint4 *o, const ui
 	if (ok && sub == 0) {
 		T[row] = t;
 		if (Bv) Bv[row] = bv;
+		if (st) {
+			float l = lse[row];
+			st[row] = make_float4(l == NEG_INF ? __int_as_float(0x7f800000) : l * LOG2E, t, vbar ? bv : 0.0f,
+			                      tbar ? tbar[row] : 0.0f);
+		}
 	}
 }
 

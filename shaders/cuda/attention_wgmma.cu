@@ -50,6 +50,13 @@ __device__ __forceinline__ void async_fence() { asm volatile("fence.proxy.async.
 // accumulators (224) ptxas serializes every wgmma (C7512) and spills.
 #define SMEMFRAG(D, PX) ((D) == 128 && (PX))
 
+// PINGPONG orders the TMA dk/dv kernel's warpgroups: each issues its S, A,
+// T products in turn (named barriers 3 and 4), so one's elementwise work
+// runs while the other's products occupy the tensor cores.
+#ifndef PINGPONG
+#define PINGPONG 1
+#endif
+
 // sw_desc is the wgmma descriptor of a 128-byte-swizzled operand at shared
 // address addr: lbo is the byte distance between 64-column panels (used by
 // MN-major operands wider than 64), 8-row groups are 1024 bytes apart.
@@ -60,6 +67,45 @@ __device__ __forceinline__ u64 sw_desc(u32 addr, u32 lbo) {
 __device__ __forceinline__ void cp_async16s(u32 dst, const void *src, int src_bytes) {
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
+
+// TmaMap is a CUtensorMap (cuTensorMapEncodeTiled), passed to kernels by
+// value as a __grid_constant__ parameter.
+struct __align__(64) TmaMap {
+	u64 v[16];
+};
+
+// mbarriers (shared::cta) for the TMA pipelines: full[s] completes when
+// stage s's bytes have landed, empty[s] when every consumer thread is done
+// with it.
+__device__ __forceinline__ void mbar_init(u32 bar, int count) {
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, int parity) {
+	asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+	             "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+	             "@!p bra WAIT_%=;\n}\n" ::"r"(bar),
+	             "r"(parity)
+	             : "memory");
+}
+// tma_load3 loads the box at coordinates {c0, c1, c2} of a 3-D tensor map
+// into shared memory at dst, completing on mbarrier bar.
+__device__ __forceinline__ void tma_load3(u32 dst, const TmaMap *map, u32 bar, int c0, int c1, int c2) {
+	asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+	             " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
+	             "l"((u64)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+	             : "memory");
+}
+// Named barriers of 256 threads that order the two warpgroups' matrix
+// products (ping-pong): a warpgroup waits for its turn, issues, and hands
+// the turn to the other.
+__device__ __forceinline__ void nbar_sync(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void nbar_arrive(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
 
 // load_sw copies rows [r0, r0 + R) of a [n, D] bf16 matrix into a swizzled
 // tile at shared address tile (rows past n are zero-filled), 256 threads.
@@ -325,11 +371,12 @@ __device__ __forceinline__ void red_add2(float *p, float a, float b) {
 // vector reductions: 8 products per tile instead of the 11 of a separate
 // dq kernel that recomputes S, T and A.
 // ---------------------------------------------------------------------
-template <int D, bool PX, bool DQ, int NS, bool OV, bool SF>
+template <int D, bool PX, bool DQ, int NS, bool OV, bool SF, bool TMA>
 __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_,
                                           const float *LSE, const float *T, const float *BV, const float *TB, u16 *DK,
                                           u16 *DV, float *DQf, float *DRf, int Hq, int Hkv, int Lq, int Lk, float scale,
-                                          int causal, int window) {
+                                          int causal, int window, const TmaMap *mQ, const TmaMap *mG, const TmaMap *mR,
+                                          const TmaMap *mS) {
 	constexpr int BK = 128, BQ = 64, KB = BK * D * 2, QB = BQ * D * 2, NQ = PX ? 3 : 2;
 	static_assert(!(SF && OV), "shared-memory operands only in the one-group schedule");
 	extern __shared__ __align__(1024) unsigned char smem[];
@@ -353,8 +400,32 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 	const int ntiles = nq * G;
 	const int wj0 = j0 + wg * 64; // this warpgroup's keys [wj0, wj0 + 64)
 
+	// TMA: full[NS], empty[NS] after the dS/dT/Pe tiles
+	const u32 aBar = aDS + 2 * (SF ? 3 : DQ ? 2 : 0) * 64 * 128;
+	if (TMA && tid == 0) {
+		for (int i = 0; i < NS; i++) {
+			mbar_init(aBar + 8 * i, 1);
+			mbar_init(aBar + 8 * (NS + i), 256);
+		}
+		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+	}
 	load_sw<D, BK>(aK, K + ko, j0, Lk, tid);
 	load_sw<D, BK>(aV, V + ko, j0, Lk, tid);
+	// With TMA one thread loads a tile: Q, dO (and R) as D/64 swizzled
+	// panels of 64 rows, and the packed row statistics.
+	auto tma_tile = [&](int t, int buf) {
+		int gg = t / nq, qt = t % nq;
+		int bh = b * Hq + hk * G + gg, r0 = q0 + qt * BQ;
+		u32 at = aQ0 + buf * NQ * QB, bar = aBar + 8 * buf;
+		mbar_expect_tx(bar, NQ * QB + BQ * 16);
+#pragma unroll
+		for (int p = 0; p < D / 64; p++) { // 64-column panels
+			tma_load3(at + p * BQ * 128, mQ, bar, p * 64, r0, bh);
+			tma_load3(at + QB + p * BQ * 128, mG, bar, p * 64, r0, bh);
+			if (PX) tma_load3(at + 2 * QB + p * BQ * 128, mR, bar, p * 64, r0, bh);
+		}
+		tma_load3(smem_addr(st) + buf * BQ * 16, mS, bar, 0, r0, bh);
+	};
 	auto load_tile = [&](int t, int buf) {
 		int gg = t / nq, qt = t % nq;
 		int h = hk * G + gg, r0 = q0 + qt * BQ;
@@ -372,8 +443,18 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 			                    ok ? T[so + i] : 0.0f, ok && PX ? BV[so + i] : 0.0f, ok && PX ? TB[so + i] : 0.0f);
 		}
 	};
-	if (ntiles > 0) load_tile(0, 0);
-	cp_async_commit();
+	if (TMA) {
+		cp_async_commit();
+		cp_async_wait<0>();
+		async_fence();
+		__syncthreads(); // K, V and the barriers' initialisation
+		if (tid == 128)
+			for (int i = 0; i < NS && i < ntiles; i++) tma_tile(i, i);
+		if (wg == 1) nbar_arrive(3); // warpgroup 0 issues first
+	} else {
+		if (ntiles > 0) load_tile(0, 0);
+		cp_async_commit();
+	}
 
 	const float sl2 = scale * LOG2E;
 	float ak[D / 2], av[D / 2];
@@ -385,11 +466,15 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 	unsigned char *gDS = gbase + (wDS - base), *gDT = gbase + (wDT - base), *gPE = gbase + (wPE - base);
 
 	for (int t = 0; t < ntiles; t++) {
-		if (t + 1 < ntiles) load_tile(t + 1, (t + 1) % NS);
-		cp_async_commit();
-		cp_async_wait<1>();
-		async_fence();
-		__syncthreads();
+		if (TMA) {
+			mbar_wait(aBar + 8 * (t % NS), (t / NS) & 1);
+		} else {
+			if (t + 1 < ntiles) load_tile(t + 1, (t + 1) % NS);
+			cp_async_commit();
+			cp_async_wait<1>();
+			async_fence();
+			__syncthreads();
+		}
 		const int buf = t % NS, gg = t / nq, r0 = q0 + (t % nq) * BQ;
 		const u32 qs = aQ0 + buf * NQ * QB, gs = qs + QB, rs = qs + 2 * QB;
 		const float4 *sb = (const float4 *)st + buf * BQ;
@@ -398,6 +483,13 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 			live = live && wj0 <= r0 + BQ - 1 + off;
 			if (window > 0) live = live && wj0 + 63 > r0 + off - window;
 		}
+		// ping-pong (TMA only: the block barriers of the cp.async
+		// pipeline keep the warpgroups in step anyway)
+		if (TMA && PINGPONG) nbar_sync(3 + wg);
+		auto pass_turn = [&]() {
+			if (TMA && PINGPONG && !(wg == 1 && t == ntiles - 1)) nbar_arrive(4 - wg);
+		};
+		if (!live) pass_turn();
 		if (live) { // uniform per warpgroup
 			float s[BQ / 2], aa[BQ / 2], tt[PX ? BQ / 2 : 1];
 			u32 as[BQ / 16][4], ap[BQ / 16][4], at[PX ? BQ / 16 : 1][4]; // dS, Pe, dT as A fragments
@@ -412,8 +504,10 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 				if (PX) {
 					mma_qk<BQ, D>(tt, wK, BK, rs);
 					wg_commit();
+					pass_turn();
 					wg_wait<2>();
 				} else {
+					pass_turn();
 					wg_wait<1>();
 				}
 				// interior tiles (every pair visible) skip the mask
@@ -483,6 +577,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 				mma_qk<BQ, D>(aa, oV, BK, gs);
 				if (PX) mma_qk<BQ, D>(tt, oK, BK, rs);
 				wg_commit();
+				pass_turn();
 				wg_wait<0>();
 				// interior tiles (every pair visible) skip the mask
 				bool edge = r0 + BQ > Lq || wj0 + 64 > Lk;
@@ -592,7 +687,15 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 				}
 			}
 		}
-		if (NS == 2) __syncthreads();
+		if (TMA) { // stage buf is free once all 256 threads are done with it
+			mbar_arrive(aBar + 8 * (NS + buf));
+			if (tid == 128 && t + NS < ntiles) {
+				mbar_wait(aBar + 8 * (NS + buf), (t / NS) & 1);
+				tma_tile(t + NS, buf);
+			}
+		} else if (NS == 2) {
+			__syncthreads();
+		}
 	}
 	cp_async_wait<0>();
 #pragma unroll
@@ -613,8 +716,25 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_, const float *LSE, const float *T,       \
 	    const float *BV, const float *TB, u16 *DK, u16 *DV, float *DQf, float *DRf, int Hq, int Hkv, int Lq, int Lk,   \
 	    float scale, int causal, int window) {                                                                          \
-		wdkv_impl<D, PX, DQ, DQ ? 2 : STAGES(D), OVERLAP(D, PX), SMEMFRAG(D, PX)>(Q, R, K, V, G_, LSE, T, BV, TB, DK, DV, DQf, DRf, Hq, Hkv, Lq, Lk, scale, causal, window); \
+		wdkv_impl<D, PX, DQ, DQ ? 2 : STAGES(D), OVERLAP(D, PX), SMEMFRAG(D, PX), false>(                             \
+		    Q, R, K, V, G_, LSE, T, BV, TB, DK, DV, DQf, DRf, Hq, Hkv, Lq, Lk, scale, causal, window, 0, 0, 0, 0);     \
 	}
+// The TMA variant: Q, dO, R and the packed row statistics (lse log2e, T,
+// Bv, tbar as one float4 a row, from bwd_pre_bf16) come through tensor
+// maps, loaded by one thread into mbarrier-guarded stages, so the two
+// warpgroups never wait on each other at a block barrier.
+#define WDKVT(D, PXN, PX)                                                                                               \
+	extern "C" __global__ void __launch_bounds__(256, 1) attn_dkv_tma_d##D##_##PXN(                                     \
+	    const u16 *K, const u16 *V, u16 *DK, u16 *DV, int Hq, int Hkv, int Lq, int Lk, float scale, int causal,        \
+	    int window, const __grid_constant__ TmaMap mQ, const __grid_constant__ TmaMap mG,                               \
+	    const __grid_constant__ TmaMap mR, const __grid_constant__ TmaMap mS) {                                          \
+		wdkv_impl<D, PX, false, STAGES(D), OVERLAP(D, PX), SMEMFRAG(D, PX), true>(                                    \
+		    0, 0, K, V, 0, 0, 0, 0, 0, DK, DV, 0, 0, Hq, Hkv, Lq, Lk, scale, causal, window, &mQ, &mG, &mR, &mS);      \
+	}
+WDKVT(64, px, true)
+WDKVT(64, sm, false)
+WDKVT(128, px, true)
+WDKVT(128, sm, false)
 WDKV(64, px, true, true, _dq)
 WDKV(64, sm, false, true, _dq)
 WDKV(128, px, true, true, _dq)

@@ -59,10 +59,27 @@ __device__ __forceinline__ void async_fence() { asm volatile("fence.proxy.async.
 
 // sw_desc is the wgmma descriptor of a 128-byte-swizzled operand at shared
 // address addr: lbo is the byte distance between 64-column panels (used by
-// MN-major operands wider than 64), 8-row groups are 1024 bytes apart.
+// MN-major operands wider than 64), 8-row groups are 1024 bytes apart. Its
+// low word holds addr / 16 in 14 bits, so an operand's k-steps are its
+// descriptor plus (byte offset / 16): one uniform add each when addr is
+// warp-uniform (every tile base here is).
+#define DESC_HI ((1024 >> 4) | (1u << 30))
 __device__ __forceinline__ u64 sw_desc(u32 addr, u32 lbo) {
-	return (u64)((addr & 0x3ffff) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
+	return ((u64)DESC_HI << 32) | (((addr & 0x3ffff) >> 4) | ((lbo >> 4) << 16));
 }
+__device__ __forceinline__ u64 desc_add(u64 d, u32 bytes) { return d + (bytes >> 4); }
+
+// ex2 is 2^x by the hardware approximation (2 ulp; -inf gives 0).
+__device__ __forceinline__ float ex2(float x) {
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+	return y;
+}
+
+// warpgroup is the warpgroup index of the calling thread, computed so the
+// compiler knows it is warp-uniform: tile addresses derived from it then
+// live in uniform registers and wgmma descriptors cost no vector registers.
+__device__ __forceinline__ int warpgroup() { return __shfl_sync(0xffffffffu, threadIdx.x >> 7, 0); }
 
 __device__ __forceinline__ void cp_async16s(u32 dst, const void *src, int src_bytes) {
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
@@ -150,12 +167,13 @@ __device__ __forceinline__ RowSpan row_span(int m0, int w0, int BN, int Lq, int 
 // S (64 x N) = A B^T over D = 16 k-steps, A and B K-major swizzled tiles.
 template <int N, int D>
 __device__ __forceinline__ void mma_qk(float *s, u32 a, int arows, u32 b) {
+	const u64 da0 = sw_desc(a, 16), db0 = sw_desc(b, 16);
 #pragma unroll
 	for (int kk = 0; kk < D / 16; kk++) {
-		u32 pa = a + (kk >> 2) * arows * 128 + (kk & 3) * 32, pb = b + (kk >> 2) * N * 128 + (kk & 3) * 32;
-		if (N == 64) wgmma_ss_n64_t00(s, sw_desc(pa, 16), sw_desc(pb, 16), kk > 0);
-		else if (N == 128) wgmma_ss_n128_t00(s, sw_desc(pa, 16), sw_desc(pb, 16), kk > 0);
-		else wgmma_ss_n32_t00(s, sw_desc(pa, 16), sw_desc(pb, 16), kk > 0);
+		u64 da = desc_add(da0, (kk >> 2) * arows * 128 + (kk & 3) * 32), db = desc_add(db0, (kk >> 2) * N * 128 + (kk & 3) * 32);
+		if (N == 64) wgmma_ss_n64_t00(s, da, db, kk > 0);
+		else if (N == 128) wgmma_ss_n128_t00(s, da, db, kk > 0);
+		else wgmma_ss_n32_t00(s, da, db, kk > 0);
 	}
 }
 
@@ -163,9 +181,10 @@ __device__ __forceinline__ void mma_qk(float *s, u32 a, int arows, u32 b) {
 // registers as the A fragments of BN/16 k-steps.
 template <int D, int BN>
 __device__ __forceinline__ void mma_pv(float *o, const u32 (*p)[4], u32 v) {
+	const u64 dv0 = sw_desc(v, BN * 128);
 #pragma unroll
 	for (int k2 = 0; k2 < BN / 16; k2++) {
-		u64 dv = sw_desc(v + k2 * 16 * 128, BN * 128);
+		u64 dv = desc_add(dv0, k2 * 16 * 128);
 		if (D == 128) wgmma_rs_n128_t1(o, p[k2], dv, 1);
 		else wgmma_rs_n64_t1(o, p[k2], dv, 1);
 	}
@@ -175,9 +194,10 @@ __device__ __forceinline__ void mma_pv(float *o, const u32 (*p)[4], u32 v) {
 // a 64 x BQ K-major swizzled tile in shared memory.
 template <int D, int BQ>
 __device__ __forceinline__ void mma_pv_ss(float *o, u32 a, u32 v) {
+	const u64 da0 = sw_desc(a, 16), dv0 = sw_desc(v, BQ * 128);
 #pragma unroll
 	for (int ks = 0; ks < BQ / 16; ks++) {
-		u64 da = sw_desc(a + ks * 32, 16), dv = sw_desc(v + ks * 16 * 128, BQ * 128);
+		u64 da = desc_add(da0, ks * 32), dv = desc_add(dv0, ks * 16 * 128);
 		if (D == 128) wgmma_ss_n128_t01(o, da, dv, 1);
 		else wgmma_ss_n64_t01(o, da, dv, 1);
 	}
@@ -280,7 +300,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 				float mn = fmaxf(mr[r], mx[r]);
 				if (mr[r] != NEG_INF && mx[r] <= mr[r] + SLACK) mn = mr[r]; // lazy rescaling
 				mu[r] = mn == NEG_INF ? 0.0f : mn;
-				alpha[r] = exp2f(mr[r] - mu[r]);
+				alpha[r] = ex2(mr[r] - mu[r]);
 				mr[r] = mn;
 				d1[r] *= alpha[r];
 				if (PX) d2[r] *= alpha[r];
@@ -289,7 +309,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 #pragma unroll
 			for (int i = 0; i < BN / 2; i += 2) {
 				int r = (i >> 1) & 1;
-				float p0 = exp2f(s[i] - mu[r]), p1 = exp2f(s[i + 1] - mu[r]);
+				float p0 = ex2(s[i] - mu[r]), p1 = ex2(s[i + 1] - mu[r]);
 				d1[r] += p0 + p1;
 				s[i] = p0;
 				s[i + 1] = p1;
@@ -384,9 +404,9 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 	unsigned char *gbase = smem + (base - smem_addr(smem));
 	// [K][V][NS x (Q, dO, R)][NS x 4 x BQ stats][2 warpgroups x (dS, dT[, Pe])]
 	const u32 aK = base, aV = aK + KB, aQ0 = aV + KB;
-	float *st = (float *)(gbase + 2 * KB + NS * NQ * QB); // lse*log2e, T, Bv, tbar
+	float *st = (float *)(gbase + 2 * KB + NS * NQ * QB); // per row: lse log2e, Bv - T, Bv, 1 + tbar
 	const u32 aDS = base + 2 * KB + NS * NQ * QB + NS * 4 * BQ * 4;
-	const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+	const int tid = threadIdx.x, wg = warpgroup(), warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, tq = lane & 3;
 	const int j0 = blockIdx.x * BK, hk = blockIdx.y, b = blockIdx.z, G = Hq / Hkv;
 	const i64 ko = ((i64)b * Hkv + hk) * Lk * D;
 	const int off = Lk - Lq, jEnd = min(j0 + BK, Lk);
@@ -434,13 +454,13 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 		load_sw<D, BQ>(at, Q + qo, r0, Lq, tid);
 		load_sw<D, BQ>(at + QB, G_ + qo, r0, Lq, tid);
 		if (PX) load_sw<D, BQ>(at + 2 * QB, R + qo, r0, Lq, tid);
-		float4 *sb = (float4 *)st + buf * BQ; // per row: lse log2e, T, Bv, tbar
+		float4 *sb = (float4 *)st + buf * BQ; // as bwd_pre_bf16 packs them
 		for (int c = tid; c < BQ; c += 256) {
 			int i = r0 + c;
 			bool ok = i < Lq;
-			float l = ok ? LSE[so + i] : NEG_INF;
+			float l = ok ? LSE[so + i] : NEG_INF, bv = ok && PX ? BV[so + i] : 0.0f;
 			sb[c] = make_float4(l == NEG_INF ? __int_as_float(0x7f800000) : l * LOG2E, // no key: p = 0
-			                    ok ? T[so + i] : 0.0f, ok && PX ? BV[so + i] : 0.0f, ok && PX ? TB[so + i] : 0.0f);
+			                    bv - (ok ? T[so + i] : 0.0f), bv, 1.0f + (ok && PX ? TB[so + i] : 0.0f));
 		}
 	};
 	if (TMA) {
@@ -456,7 +476,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 		cp_async_commit();
 	}
 
-	const float sl2 = scale * LOG2E;
+	const float sl2 = scale * LOG2E, ninv = -1.0f / scale;
 	float ak[D / 2], av[D / 2];
 #pragma unroll
 	for (int i = 0; i < D / 2; i++) ak[i] = av[i] = 0;
@@ -518,7 +538,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 	#pragma unroll
 				for (int i = 0; i < BQ / 2; i++) {
 					const int c = (i >> 2) * 8 + tq * 2 + (i & 1), qi = r0 + c, j = jr0 + 8 * ((i >> 1) & 1);
-					float p = exp2f(s[i] * sl2 - sb[c].x);
+					float p = ex2(s[i] * sl2 - sb[c].x);
 					if (edge) {
 						bool ok = qi < Lq && j < Lk;
 						if (causal) ok = ok && j <= qi + off && (window <= 0 || j > qi + off - window);
@@ -549,12 +569,12 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 					for (int e = 0; e < 2; e++) {
 						const float4 st4 = sb[c + e];
 						float p = s[i + e], a = aa[i + e];
-						if (PX) {
-							float tv = tt[i + e];
-							ds[e] = scale * p * (a - st4.y + (st4.w - tv) * (a - st4.z));
-							pe[e] = p * (1 + st4.w - tv);
-						} else {
-							ds[e] = scale * p * (a - st4.y);
+						if (PX) { // a - T + (tbar - t)(a - Bv) = (Bv - T) + (1 + tbar - t)(a - Bv)
+							float u = st4.w - tt[i + e];
+							ds[e] = scale * p * fmaf(u, a - st4.z, st4.y);
+							pe[e] = p * u;
+						} else { // softmax: Bv = 0
+							ds[e] = scale * p * (a + st4.y);
 							pe[e] = p;
 						}
 					}
@@ -566,16 +586,14 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 				mma_pv<D, BQ>(ak, as, qs);
 				wg_commit();
 			} else {
-				// opaque copies: otherwise the loop-invariant descriptors of
-				// every k-step (and the tile offsets of every store) are
+				// opaque: otherwise the store offsets of every (n, r) are
 				// hoisted out of the loop into registers
-				u32 oK = wK, oV = wV;
 				int sro = (warp * 16 + g) * 128 + tq * 4, sxo = g << 4;
-				if (SF) asm volatile("" : "+r"(oK), "+r"(oV), "+r"(sro), "+r"(sxo));
+				if (SF) asm volatile("" : "+r"(sro), "+r"(sxo));
 				wg_fence();
-				mma_qk<BQ, D>(s, oK, BK, qs);
-				mma_qk<BQ, D>(aa, oV, BK, gs);
-				if (PX) mma_qk<BQ, D>(tt, oK, BK, rs);
+				mma_qk<BQ, D>(s, wK, BK, qs);
+				mma_qk<BQ, D>(aa, wV, BK, gs);
+				if (PX) mma_qk<BQ, D>(tt, wK, BK, rs);
 				wg_commit();
 				pass_turn();
 				wg_wait<0>();
@@ -594,20 +612,20 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 	#pragma unroll
 						for (int r = 0; r < 2; r++) {
 							const int i = n * 4 + 2 * r + e, j = jr0 + 8 * r;
-							float p = exp2f(s[i] * sl2 - st4.x);
+							float p = ex2(s[i] * sl2 - st4.x);
 							if (edge) {
 								bool ok = qi < Lq && j < Lk;
 								if (causal) ok = ok && j <= qi + off && (window <= 0 || j > qi + off - window);
 								if (!ok) p = 0.0f;
 							}
 							float a = aa[i];
-							if (PX) {
-								float ab = a - st4.z, tv = tt[i];
-								ds[r][e] = scale * p * (a - st4.y + (st4.w - tv) * ab);
-								dt[r][e] = -p * ab;
-								pe[r][e] = p * (1 + st4.w - tv);
+							if (PX) { // as in the OV path; SF: dS / scale and dT / scale
+								float ab = a - st4.z, u = st4.w - tt[i];
+								ds[r][e] = (SF ? 1.0f : scale) * p * fmaf(u, ab, st4.y);
+								dt[r][e] = p * ab * (SF ? ninv : -1.0f);
+								pe[r][e] = p * u;
 							} else {
-								ds[r][e] = scale * p * (a - st4.y);
+								ds[r][e] = scale * p * (a + st4.y);
 								pe[r][e] = p;
 							}
 						}
@@ -630,12 +648,10 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 				if (SF) {
 					async_fence(); // the whole warpgroup's tiles, before its wgmma reads them
 					asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory");
-					u32 oPE = wPE, oDS = wDS, oDT = wDT; // opaque, as above
-					asm volatile("" : "+r"(oPE), "+r"(oDS), "+r"(oDT));
 					wg_fence();
-					mma_pv_ss<D, BQ>(av, oPE, gs);
-					mma_pv_ss<D, BQ>(ak, oDS, qs);
-					if (PX) mma_pv_ss<D, BQ>(ak, oDT, rs);
+					mma_pv_ss<D, BQ>(av, wPE, gs);
+					mma_pv_ss<D, BQ>(ak, wDS, qs);
+					if (PX) mma_pv_ss<D, BQ>(ak, wDT, rs);
 				} else {
 					wg_fence();
 					mma_pv<D, BQ>(av, ap, gs);
@@ -682,7 +698,8 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 #pragma unroll
 					for (int i = 0; i < D / 2; i += 2) {
 						int qi = r0 + warp * 16 + g + 8 * ((i >> 1) & 1), c = (i >> 2) * 8 + tq * 2;
-						if (qi < Lq) red_add2(dst + (i64)qi * D + c, dq[i], dq[i + 1]);
+						const float f = SF ? scale : 1.0f; // SF keeps dS / scale and dT / scale
+						if (qi < Lq) red_add2(dst + (i64)qi * D + c, f * dq[i], f * dq[i + 1]);
 					}
 				}
 			}
@@ -705,7 +722,8 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 #pragma unroll
 		for (int n = 0; n < D / 8; n++) {
 			int c = n * 8 + tq * 2;
-			*(u32 *)(DK + ko + (i64)j * D + c) = pack2(ak[n * 4 + 2 * r], ak[n * 4 + 2 * r + 1]);
+			const float f = SF ? scale : 1.0f;
+			*(u32 *)(DK + ko + (i64)j * D + c) = pack2(f * ak[n * 4 + 2 * r], f * ak[n * 4 + 2 * r + 1]);
 			*(u32 *)(DV + ko + (i64)j * D + c) = pack2(av[n * 4 + 2 * r], av[n * 4 + 2 * r + 1]);
 		}
 	}
@@ -760,7 +778,7 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	extern __shared__ __align__(1024) unsigned char smem[];
 	const u32 base = (smem_addr(smem) + 1023) & ~1023u;
 	const u32 aQ = base, aG = aQ + QB, aR = aG + QB, aK = aQ + NQ * QB, aV = aK + NS * KB;
-	const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+	const int tid = threadIdx.x, wg = warpgroup(), warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, tq = lane & 3;
 	const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
 	const int h = blockIdx.y, b = blockIdx.z, hk = h / (Hq / Hkv);
 	const i64 qo = ((i64)b * Hq + h) * Lq * D, ko = ((i64)b * Hkv + hk) * Lk * D, so = ((i64)b * Hq + h) * Lq;
@@ -835,7 +853,7 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	#pragma unroll
 				for (int i = 0; i < BN / 2; i++) {
 					const int r = (i >> 1) & 1, j = j0 + (i >> 2) * 8 + tq * 2 + (i & 1);
-					float p = exp2f(s[i] * sl2 - lse[r]);
+					float p = ex2(s[i] * sl2 - lse[r]);
 					if (edge && (j >= hiR[r] || j < loR[r])) p = 0.0f;
 					s[i] = p;
 				}
@@ -886,7 +904,7 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	#pragma unroll
 					for (int e = 0; e < 2; e++) {
 						int j = j0 + (i >> 2) * 8 + tq * 2 + e;
-						float p = exp2f(s[i + e] * sl2 - lse[r]);
+						float p = ex2(s[i + e] * sl2 - lse[r]);
 						if (edge && (j >= hiR[r] || j < loR[r])) p = 0.0f;
 						float a = aa[i + e];
 						if (PX) {

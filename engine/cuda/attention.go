@@ -51,7 +51,7 @@ const (
 // wStages K/V tile pairs of bn keys, and 1 KiB for aligning the swizzled
 // tiles.
 func wrowSmem(D, nq, bn int) int {
-	return (wfwdBM*nq+2*wStages(D)*bn)*D*2 + 1024
+	return (wfwdBM*nq+2*wStages(D)*bn)*D*2 + 1024 + 64 // 64: the TMA dq kernel's mbarriers
 }
 
 // Tile sizes of attention_wgmma.cu's backward: 128 keys a block, query
@@ -119,6 +119,32 @@ func (d *Device) attnBwdFused(a engine.AttentionBackwardArgs, dm engine.AttnDims
 		return nil
 	}
 	return d.castRaw(ptr(a.DR), a.DR.DType(), drf, engine.F32, n)
+}
+
+// kvMap is the tensor map of a [B, Hkv, Lk, D] bf16 K or V in boxes of 64
+// keys x 64 columns (128-byte swizzle), as attention_wgmma.cu's TMA
+// kernels read them.
+func kvMap(t *engine.Tensor, dm engine.AttnDims, rows int) (*tensorMap, error) {
+	D, L := uint64(dm.D), uint64(rows)
+	return newTensorMap(tmBF16, ptr(t), []uint64{D, L, uint64(dm.B * dm.Hkv)}, []uint64{D * 2, L * D * 2},
+		[]uint32{64, 64, 1}, tmSwizzle128)
+}
+
+// attnDqTMA launches attn_dq_tma: dQ and dR with the K and V tiles read
+// through tensor maps.
+func (d *Device) attnDqTMA(a engine.AttentionBackwardArgs, dm engine.AttnDims, T, Bv uint64, smem int) error {
+	mk, err := kvMap(a.K, dm, dm.Lk)
+	if err != nil {
+		return err
+	}
+	mv, err := kvMap(a.V, dm, dm.Lk)
+	if err != nil {
+		return err
+	}
+	return d.launch(wgmmaMod, fmt.Sprintf("attn_dq_tma_d%d_%s", dm.D, kind(a.R != nil)),
+		[3]int{(dm.Lq + wfwdBM - 1) / wfwdBM, dm.Hq, dm.B}, [3]int{256, 1, 1}, smem,
+		newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.DO)).p(ptr(a.LSE)).p(T).p(Bv).p(ptr(a.Tbar)).p(ptr(a.DQ)).p(ptr(a.DR)).
+			i(dm.Hq).i(dm.Hkv).i(dm.Lq).i(dm.Lk).f(dm.Scale).i(b2i(dm.Causal)).i(dm.Window).tmap(mk).tmap(mv))
 }
 
 // attnDkvTMA launches attn_dkv_tma: dK and dV with Q, dO, R and the packed
@@ -371,9 +397,12 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 			return newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.DO)).p(ptr(a.LSE)).p(T).p(Bv).p(ptr(a.Tbar))
 		}
 		var err error
-		if hopper && mode != "split" {
+		dq32 := D == 128 && os.Getenv("PARALLAX_CUDA_DQ_BN") == "32"
+		if tma && !dq32 {
+			err = d.attnDqTMA(a, dims, T, Bv, wrowSmem(D, nq, 64))
+		} else if hopper && mode != "split" {
 			name, wbn := fmt.Sprintf("attn_dq_wgmma_d%d_%s", D, kind(px)), 64
-			if D == 128 && os.Getenv("PARALLAX_CUDA_DQ_BN") == "32" {
+			if dq32 {
 				name, wbn = fmt.Sprintf("attn_dq_wgmma_d%d_bn32_%s", D, kind(px)), 32
 			}
 			err = d.launch(wgmmaMod, name, [3]int{(Lq + wfwdBM - 1) / wfwdBM, Hq, B}, [3]int{256, 1, 1},

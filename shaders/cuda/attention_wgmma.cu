@@ -770,10 +770,11 @@ WDKV(128, sm, false, false, )
 // registers, and issues dQ += dS K and dR += dT K with dS, dT as register
 // operands (K read MN-major from the same tile).
 // ---------------------------------------------------------------------
-template <int D, int BN, bool PX, int NS, bool OV>
+template <int D, int BN, bool PX, int NS, bool OV, bool TMA>
 __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_,
                                          const float *LSE, const float *T, const float *BV, const float *TB, u16 *DQ,
-                                         u16 *DR, int Hq, int Hkv, int Lq, int Lk, float scale, int causal, int window) {
+                                         u16 *DR, int Hq, int Hkv, int Lq, int Lk, float scale, int causal, int window,
+                                         const TmaMap *mK, const TmaMap *mV) {
 	constexpr int BM = 128, QB = BM * D * 2, KB = BN * D * 2, NQ = PX ? 3 : 2;
 	extern __shared__ __align__(1024) unsigned char smem[];
 	const u32 base = (smem_addr(smem) + 1023) & ~1023u;
@@ -790,11 +791,42 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	load_sw<D, BM>(aQ, Q + qo, m0, Lq, tid);
 	load_sw<D, BM>(aG, G_ + qo, m0, Lq, tid);
 	if (PX) load_sw<D, BM>(aR, R + qo, m0, Lq, tid);
-	if (ntiles > 0) {
+	// TMA: K/V tiles of BN keys through tensor maps, full[NS] and empty[NS]
+	// mbarriers after the K/V stages; one thread (of warpgroup 1, which
+	// issues second) loads.
+	const u32 aBar = aV + NS * KB;
+	const int bhk = b * Hkv + hk;
+	auto tma_kv = [&](int t) {
+		const int buf = t % NS, j0 = t0 + t * BN;
+		const u32 bar = aBar + 8 * buf;
+		mbar_expect_tx(bar, 2 * KB);
+#pragma unroll
+		for (int p = 0; p < D / 64; p++) {
+			tma_load3(aK + buf * KB + p * BN * 128, mK, bar, p * 64, j0, bhk);
+			tma_load3(aV + buf * KB + p * BN * 128, mV, bar, p * 64, j0, bhk);
+		}
+	};
+	if (TMA) {
+		if (tid == 0) {
+			for (int i = 0; i < NS; i++) {
+				mbar_init(aBar + 8 * i, 1);
+				mbar_init(aBar + 8 * (NS + i), 256);
+			}
+			asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+		}
+	} else if (ntiles > 0) {
 		load_sw<D, BN>(aK, K + ko, t0, Lk, tid);
 		load_sw<D, BN>(aV, V + ko, t0, Lk, tid);
 	}
 	cp_async_commit();
+	if (TMA) {
+		cp_async_wait<0>();
+		async_fence();
+		__syncthreads(); // Q, dO, R and the barriers' initialisation
+		if (tid == 128)
+			for (int i = 0; i < NS && i < ntiles; i++) tma_kv(i);
+		if (wg == 1) nbar_arrive(3); // warpgroup 0 issues first
+	}
 
 	const float sl2 = scale * LOG2E;
 	const int i0 = w0 + warp * 16 + g;
@@ -808,9 +840,9 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 		loR[r] = (causal && window > 0) ? i + off + 1 - window : 0;
 		float l = ok ? LSE[so + i] : NEG_INF;
 		lse[r] = l == NEG_INF ? __int_as_float(0x7f800000) : l * LOG2E; // no key: p = 0
-		tr[r] = ok ? T[so + i] : 0.0f;
 		bv[r] = ok && PX ? BV[so + i] : 0.0f;
-		tbr[r] = ok && PX ? TB[so + i] : 0.0f;
+		tr[r] = bv[r] - (ok ? T[so + i] : 0.0f); // Bv - T
+		tbr[r] = 1.0f + (ok && PX ? TB[so + i] : 0.0f); // 1 + tbar
 	}
 	float dq[D / 2], dr[PX ? D / 2 : 1];
 #pragma unroll
@@ -821,17 +853,27 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	const u32 wQ = aQ + wg * 64 * 128, wG = aG + wg * 64 * 128, wR = aR + wg * 64 * 128;
 
 	for (int t = 0; t < ntiles; t++) {
-		if (t + 1 < ntiles) {
-			u32 nb = ((t + 1) % NS) * KB;
-			load_sw<D, BN>(aK + nb, K + ko, t0 + (t + 1) * BN, Lk, tid);
-			load_sw<D, BN>(aV + nb, V + ko, t0 + (t + 1) * BN, Lk, tid);
+		if (TMA) {
+			mbar_wait(aBar + 8 * (t % NS), (t / NS) & 1);
+		} else {
+			if (t + 1 < ntiles) {
+				u32 nb = ((t + 1) % NS) * KB;
+				load_sw<D, BN>(aK + nb, K + ko, t0 + (t + 1) * BN, Lk, tid);
+				load_sw<D, BN>(aV + nb, V + ko, t0 + (t + 1) * BN, Lk, tid);
+			}
+			cp_async_commit();
+			cp_async_wait<1>();
+			async_fence();
+			__syncthreads();
 		}
-		cp_async_commit();
-		cp_async_wait<1>();
-		async_fence();
-		__syncthreads();
 		const int j0 = t0 + t * BN;
-		if (j0 < wHi && j0 + BN > wLo) { // uniform per warpgroup
+		const bool live = j0 < wHi && j0 + BN > wLo;
+		if (TMA && PINGPONG) nbar_sync(3 + wg);
+		auto pass_turn = [&]() {
+			if (TMA && PINGPONG && !(wg == 1 && t == ntiles - 1)) nbar_arrive(4 - wg);
+		};
+		if (!live) pass_turn();
+		if (live) { // uniform per warpgroup
 			const u32 ks = aK + (t % NS) * KB, vs = aV + (t % NS) * KB;
 			float s[BN / 2], aa[BN / 2], tt[PX ? BN / 2 : 1];
 			if (OV) {
@@ -845,8 +887,10 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 				if (PX) {
 					mma_qk<BN, D>(tt, wR, BM, ks);
 					wg_commit();
+					pass_turn();
 					wg_wait<2>();
 				} else {
+					pass_turn();
 					wg_wait<1>();
 				}
 				const bool edge = j0 + BN > firstHi || j0 < lastLo;
@@ -879,8 +923,9 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	#pragma unroll
 					for (int e = 0; e < 2; e++) {
 						float a = aa[i + e];
-						ds[e] = PX ? scale * s[i + e] * (a - tr[r] + (tbr[r] - tt[i + e]) * (a - bv[r]))
-						           : scale * s[i + e] * (a - tr[r]);
+						// a - T + (tbar - t)(a - Bv) = (Bv - T) + (1 + tbar - t)(a - Bv)
+						ds[e] = PX ? scale * s[i + e] * fmaf(tbr[r] - tt[i + e], a - bv[r], tr[r])
+						           : scale * s[i + e] * (a + tr[r]);
 					}
 					as[k2][q] = pack2(ds[0], ds[1]);
 				}
@@ -894,6 +939,7 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 				mma_qk<BN, D>(aa, wG, BM, vs);
 				if (PX) mma_qk<BN, D>(tt, wR, BM, ks);
 				wg_commit();
+				pass_turn();
 				wg_wait<0>();
 				const bool edge = j0 + BN > firstHi || j0 < lastLo;
 				u32 as[BN / 16][4], at[PX ? BN / 16 : 1][4];
@@ -909,10 +955,10 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 						float a = aa[i + e];
 						if (PX) {
 							float ab = a - bv[r];
-							ds[e] = scale * p * (a - tr[r] + (tbr[r] - tt[i + e]) * ab);
+							ds[e] = scale * p * fmaf(tbr[r] - tt[i + e], ab, tr[r]);
 							dt[e] = -p * ab;
 						} else {
-							ds[e] = scale * p * (a - tr[r]);
+							ds[e] = scale * p * (a + tr[r]);
 						}
 					}
 					int k2 = i >> 3, q = r | (((i >> 2) & 1) << 1);
@@ -926,7 +972,16 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 				wg_wait<0>();
 			}
 		}
-		if (NS == 2) __syncthreads();
+		if (TMA) { // stage t % NS is free once all 256 threads are done with it
+			const int buf = t % NS;
+			mbar_arrive(aBar + 8 * (NS + buf));
+			if (tid == 128 && t + NS < ntiles) {
+				mbar_wait(aBar + 8 * (NS + buf), (t / NS) & 1);
+				tma_kv(t + NS);
+			}
+		} else if (NS == 2) {
+			__syncthreads();
+		}
 	}
 	cp_async_wait<0>();
 #pragma unroll
@@ -947,14 +1002,29 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_, const float *LSE, const float *T,       \
 	    const float *BV, const float *TB, u16 *DQ, u16 *DR, int Hq, int Hkv, int Lq, int Lk, float scale, int causal,  \
 	    int window) {                                                                                                   \
-		wdq_impl<D, BN, true, STAGES(D), OVERLAP(D, true)>(Q, R, K, V, G_, LSE, T, BV, TB, DQ, DR, Hq, Hkv, Lq, Lk, scale, causal, window);        \
+		wdq_impl<D, BN, true, STAGES(D), OVERLAP(D, true), false>(Q, R, K, V, G_, LSE, T, BV, TB, DQ, DR, Hq, Hkv, Lq, Lk, scale, causal, window, 0, 0); \
 	}                                                                                                                   \
 	extern "C" __global__ void __launch_bounds__(256, 1) attn_dq_wgmma_d##D##SUF##_sm(                                 \
 	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_, const float *LSE, const float *T,       \
 	    const float *BV, const float *TB, u16 *DQ, u16 *DR, int Hq, int Hkv, int Lq, int Lk, float scale, int causal,  \
 	    int window) {                                                                                                   \
-		wdq_impl<D, BN, false, STAGES(D), OVERLAP(D, false)>(Q, R, K, V, G_, LSE, T, BV, TB, DQ, DR, Hq, Hkv, Lq, Lk, scale, causal, window);       \
+		wdq_impl<D, BN, false, STAGES(D), OVERLAP(D, false), false>(Q, R, K, V, G_, LSE, T, BV, TB, DQ, DR, Hq, Hkv, Lq, Lk, scale, causal, window, 0, 0); \
 	}
+// The TMA variant: K and V tiles of 64 keys through tensor maps into
+// mbarrier stages, the warpgroups ordered by named barriers (as the TMA
+// dk/dv kernel).
+#define WDQT(D, PXN, PX)                                                                                                \
+	extern "C" __global__ void __launch_bounds__(256, 1) attn_dq_tma_d##D##_##PXN(                                      \
+	    const u16 *Q, const u16 *R, const u16 *G_, const float *LSE, const float *T, const float *BV, const float *TB,  \
+	    u16 *DQ, u16 *DR, int Hq, int Hkv, int Lq, int Lk, float scale, int causal, int window,                        \
+	    const __grid_constant__ TmaMap mK, const __grid_constant__ TmaMap mV) {                                          \
+		wdq_impl<D, 64, PX, STAGES(D), OVERLAP(D, PX), true>(Q, R, 0, 0, G_, LSE, T, BV, TB, DQ, DR, Hq, Hkv, Lq, Lk,   \
+		                                                     scale, causal, window, &mK, &mV);                         \
+	}
+WDQT(64, px, true)
+WDQT(64, sm, false)
+WDQT(128, px, true)
+WDQT(128, sm, false)
 WDQ(64, 64, )
 WDQ(128, 64, )
 WDQ(128, 32, _bn32)

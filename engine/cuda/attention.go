@@ -398,7 +398,9 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 		}
 		var err error
 		dq32 := D == 128 && os.Getenv("PARALLAX_CUDA_DQ_BN") == "32"
-		if tma && !dq32 {
+		// The TMA dq kernel measured 3-4% slower for Parallax at D = 128
+		// (H200, B8 L2048 .. B1 L16384), faster elsewhere; =tma forces it.
+		if tma && !dq32 && (mode == "tma" || !(px && D == 128)) {
 			err = d.attnDqTMA(a, dims, T, Bv, wrowSmem(D, nq, 64))
 		} else if hopper && mode != "split" {
 			name, wbn := fmt.Sprintf("attn_dq_wgmma_d%d_%s", D, kind(px)), 64

@@ -342,11 +342,12 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 		return nil
 	}
 	bf16 := allBF16(a.Q, a.K, a.V, a.R, a.O, a.DO, a.Vbar, a.DQ, a.DK, a.DV, a.DR)
-	// On Hopper: wgmma dq/dr and dk/dv kernels, the dk/dv one fed by TMA
-	// (softmax at D = 64: the fused one); PARALLAX_CUDA_BWD=split takes
-	// the mma.sync dq/dr kernel instead, =fused the one-kernel backward
-	// with f32 dq/dr reductions (attnBwdFused), =wgmma the two wgmma
-	// kernels with cp.async loads, =tma the TMA dk/dv kernel.
+	// On Hopper: wgmma dq/dr and dk/dv kernels fed by TMA (Parallax at
+	// D = 128: dq/dr by cp.async; softmax at D = 64: the fused kernel);
+	// PARALLAX_CUDA_BWD=split takes the mma.sync dq/dr kernel instead,
+	// =fused the one-kernel backward with f32 dq/dr reductions
+	// (attnBwdFused), =wgmma the two wgmma kernels with cp.async loads,
+	// =tma the TMA kernels for both.
 	mode := os.Getenv("PARALLAX_CUDA_BWD")
 	hopper := bf16 && d.wgmma() && (D == 64 || D == 128)
 	if mode == "" && !px && D == 64 {

@@ -343,16 +343,13 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 	}
 	bf16 := allBF16(a.Q, a.K, a.V, a.R, a.O, a.DO, a.Vbar, a.DQ, a.DK, a.DV, a.DR)
 	// On Hopper: wgmma dq/dr and dk/dv kernels fed by TMA (Parallax at
-	// D = 128: dq/dr by cp.async; softmax at D = 64: the fused kernel);
+	// D = 128: dq/dr by cp.async);
 	// PARALLAX_CUDA_BWD=split takes the mma.sync dq/dr kernel instead,
 	// =fused the one-kernel backward with f32 dq/dr reductions
 	// (attnBwdFused), =wgmma the two wgmma kernels with cp.async loads,
 	// =tma the TMA kernels for both.
 	mode := os.Getenv("PARALLAX_CUDA_BWD")
 	hopper := bf16 && d.wgmma() && (D == 64 || D == 128)
-	if mode == "" && !px && D == 64 {
-		mode = "fused" // measured 5-9% faster for softmax at D = 64 (H200)
-	}
 	tma := hopper && (mode == "" || mode == "tma") && hasTensorMaps()
 	// T and Bv, then (TMA) the packed row statistics, 256-byte aligned
 	packed := (int64(rows)*8 + 255) &^ 255

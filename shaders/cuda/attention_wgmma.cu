@@ -124,6 +124,30 @@ __device__ __forceinline__ void tma_load3(u32 dst, const TmaMap *map, u32 bar, i
 __device__ __forceinline__ void nbar_sync(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void nbar_arrive(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
 
+// The TMA pipelines' NS stages: mbarriers full[i] at bar + 8 i (one
+// arrival: the loader's expect_tx) and empty[i] at bar + 8 (NS + i) (all
+// 256 threads), initialised by thread 0 before the block's first barrier.
+template <int NS> __device__ __forceinline__ void pipe_init(u32 bar) {
+	if (threadIdx.x != 0) return;
+	for (int i = 0; i < NS; i++) {
+		mbar_init(bar + 8 * i, 1);
+		mbar_init(bar + 8 * (NS + i), 256);
+	}
+	asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// pipe_release marks tile t's stage free (every thread, once done with
+// it); the loader (thread 128, of the warpgroup that issues second) waits
+// until all are and loads tile t + NS into it with load(t + NS).
+template <int NS, typename F>
+__device__ __forceinline__ void pipe_release(u32 bar, int t, int ntiles, F load) {
+	const u32 empty = bar + 8 * (NS + t % NS);
+	mbar_arrive(empty);
+	if (threadIdx.x == 128 && t + NS < ntiles) {
+		mbar_wait(empty, (t / NS) & 1);
+		load(t + NS);
+	}
+}
+
 // load_sw copies rows [r0, r0 + R) of a [n, D] bf16 matrix into a swizzled
 // tile at shared address tile (rows past n are zero-filled), 256 threads.
 // A thread's chunks are STEP rows apart in one column, so its shared and
@@ -140,6 +164,15 @@ __device__ __forceinline__ void load_sw(u32 tile, const u16 *src, int r0, int n,
 		bool ok = r0 + rr + k * STEP < n;
 		cp_async16s(dst + k * STEP * 128, ok ? s0 + (i64)k * STEP * D : src, ok ? 16 : 0);
 	}
+}
+
+// load_kv copies K/V tile t (BN keys from t0 + t BN) into stage t % NS
+// with cp.async, every thread its share.
+template <int D, int BN, int NS>
+__device__ __forceinline__ void load_kv(u32 aK, u32 aV, const u16 *K, const u16 *V, int t, int t0, int Lk, int tid) {
+	const u32 nb = (t % NS) * BN * D * 2;
+	load_sw<D, BN>(aK + nb, K, t0 + t * BN, Lk, tid);
+	load_sw<D, BN>(aV + nb, V, t0 + t * BN, Lk, tid);
 }
 
 // RowSpan is what a block of 128 query rows [m0, m0 + 128), two
@@ -232,10 +265,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 
 	load_sw<D, BM>(aQ, Q + qo, m0, Lq, tid);
 	if (PX) load_sw<D, BM>(aR, R + qo, m0, Lq, tid);
-	if (ntiles > 0) {
-		load_sw<D, BN>(aK, K + ko, t0, Lk, tid);
-		load_sw<D, BN>(aV, V + ko, t0, Lk, tid);
-	}
+	if (ntiles > 0) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, 0, t0, Lk, tid);
 	cp_async_commit();
 
 	float o1[D / 2], o2[PX ? D / 2 : 1];
@@ -257,11 +287,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 	const u32 wQ = aQ + wg * 64 * 128, wR = aR + wg * 64 * 128;
 
 	for (int t = 0; t < ntiles; t++) {
-		if (t + 1 < ntiles) {
-			u32 nb = ((t + 1) % NS) * KB;
-			load_sw<D, BN>(aK + nb, K + ko, t0 + (t + 1) * BN, Lk, tid);
-			load_sw<D, BN>(aV + nb, V + ko, t0 + (t + 1) * BN, Lk, tid);
-		}
+		if (t + 1 < ntiles) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, t + 1, t0, Lk, tid);
 		cp_async_commit();
 		cp_async_wait<1>();
 		async_fence();
@@ -422,13 +448,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 
 	// TMA: full[NS], empty[NS] after the dS/dT/Pe tiles
 	const u32 aBar = aDS + 2 * (SF ? 3 : DQ ? 2 : 0) * 64 * 128;
-	if (TMA && tid == 0) {
-		for (int i = 0; i < NS; i++) {
-			mbar_init(aBar + 8 * i, 1);
-			mbar_init(aBar + 8 * (NS + i), 256);
-		}
-		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-	}
+	if (TMA) pipe_init<NS>(aBar);
 	load_sw<D, BK>(aK, K + ko, j0, Lk, tid);
 	load_sw<D, BK>(aV, V + ko, j0, Lk, tid);
 	// With TMA one thread loads a tile: Q, dO (and R) as D/64 swizzled
@@ -704,12 +724,8 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 				}
 			}
 		}
-		if (TMA) { // stage buf is free once all 256 threads are done with it
-			mbar_arrive(aBar + 8 * (NS + buf));
-			if (tid == 128 && t + NS < ntiles) {
-				mbar_wait(aBar + 8 * (NS + buf), (t / NS) & 1);
-				tma_tile(t + NS, buf);
-			}
+		if (TMA) {
+			pipe_release<NS>(aBar, t, ntiles, [&](int n) { tma_tile(n, n % NS); });
 		} else if (NS == 2) {
 			__syncthreads();
 		}
@@ -806,18 +822,8 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 			tma_load3(aV + buf * KB + p * BN * 128, mV, bar, p * 64, j0, bhk);
 		}
 	};
-	if (TMA) {
-		if (tid == 0) {
-			for (int i = 0; i < NS; i++) {
-				mbar_init(aBar + 8 * i, 1);
-				mbar_init(aBar + 8 * (NS + i), 256);
-			}
-			asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-		}
-	} else if (ntiles > 0) {
-		load_sw<D, BN>(aK, K + ko, t0, Lk, tid);
-		load_sw<D, BN>(aV, V + ko, t0, Lk, tid);
-	}
+	if (TMA) pipe_init<NS>(aBar);
+	else if (ntiles > 0) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, 0, t0, Lk, tid);
 	cp_async_commit();
 	if (TMA) {
 		cp_async_wait<0>();
@@ -856,11 +862,7 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 		if (TMA) {
 			mbar_wait(aBar + 8 * (t % NS), (t / NS) & 1);
 		} else {
-			if (t + 1 < ntiles) {
-				u32 nb = ((t + 1) % NS) * KB;
-				load_sw<D, BN>(aK + nb, K + ko, t0 + (t + 1) * BN, Lk, tid);
-				load_sw<D, BN>(aV + nb, V + ko, t0 + (t + 1) * BN, Lk, tid);
-			}
+			if (t + 1 < ntiles) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, t + 1, t0, Lk, tid);
 			cp_async_commit();
 			cp_async_wait<1>();
 			async_fence();
@@ -972,13 +974,8 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 				wg_wait<0>();
 			}
 		}
-		if (TMA) { // stage t % NS is free once all 256 threads are done with it
-			const int buf = t % NS;
-			mbar_arrive(aBar + 8 * (NS + buf));
-			if (tid == 128 && t + NS < ntiles) {
-				mbar_wait(aBar + 8 * (NS + buf), (t / NS) & 1);
-				tma_kv(t + NS);
-			}
+		if (TMA) {
+			pipe_release<NS>(aBar, t, ntiles, tma_kv);
 		} else if (NS == 2) {
 			__syncthreads();
 		}

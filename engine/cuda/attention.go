@@ -124,20 +124,20 @@ func (d *Device) attnBwdFused(a engine.AttentionBackwardArgs, dm engine.AttnDims
 // kvMap is the tensor map of a [B, Hkv, Lk, D] bf16 K or V in boxes of 64
 // keys x 64 columns (128-byte swizzle), as attention_wgmma.cu's TMA
 // kernels read them.
-func kvMap(t *engine.Tensor, dm engine.AttnDims, rows int) (*tensorMap, error) {
+func (d *Device) kvMap(t *engine.Tensor, dm engine.AttnDims, rows int) (*tensorMap, error) {
 	D, L := uint64(dm.D), uint64(rows)
-	return newTensorMap(tmBF16, ptr(t), []uint64{D, L, uint64(dm.B * dm.Hkv)}, []uint64{D * 2, L * D * 2},
+	return d.newTensorMap(tmBF16, ptr(t), []uint64{D, L, uint64(dm.B * dm.Hkv)}, []uint64{D * 2, L * D * 2},
 		[]uint32{64, 64, 1}, tmSwizzle128)
 }
 
 // attnDqTMA launches attn_dq_tma: dQ and dR with the K and V tiles read
 // through tensor maps.
 func (d *Device) attnDqTMA(a engine.AttentionBackwardArgs, dm engine.AttnDims, T, Bv uint64, smem int) error {
-	mk, err := kvMap(a.K, dm, dm.Lk)
+	mk, err := d.kvMap(a.K, dm, dm.Lk)
 	if err != nil {
 		return err
 	}
-	mv, err := kvMap(a.V, dm, dm.Lk)
+	mv, err := d.kvMap(a.V, dm, dm.Lk)
 	if err != nil {
 		return err
 	}
@@ -153,7 +153,7 @@ func (d *Device) attnDkvTMA(a engine.AttentionBackwardArgs, dm engine.AttnDims, 
 	px, D := a.R != nil, dm.D
 	bh, Lq := uint64(dm.B*dm.Hq), uint64(dm.Lq)
 	rowMap := func(t *engine.Tensor) (*tensorMap, error) { // [B, Hq, Lq, D] bf16, boxes of 64 rows x 64 columns
-		return newTensorMap(tmBF16, ptr(t), []uint64{uint64(D), Lq, bh}, []uint64{uint64(D) * 2, Lq * uint64(D) * 2},
+		return d.newTensorMap(tmBF16, ptr(t), []uint64{uint64(D), Lq, bh}, []uint64{uint64(D) * 2, Lq * uint64(D) * 2},
 			[]uint32{64, wbwdBQ, 1}, tmSwizzle128)
 	}
 	mq, err := rowMap(a.Q)
@@ -170,7 +170,7 @@ func (d *Device) attnDkvTMA(a engine.AttentionBackwardArgs, dm engine.AttnDims, 
 			return err
 		}
 	}
-	ms, err := newTensorMap(tmF32, stats, []uint64{4, Lq, bh}, []uint64{16, Lq * 16}, []uint32{4, wbwdBQ, 1}, tmSwizzle0)
+	ms, err := d.newTensorMap(tmF32, stats, []uint64{4, Lq, bh}, []uint64{16, Lq * 16}, []uint32{4, wbwdBQ, 1}, tmSwizzle0)
 	if err != nil {
 		return err
 	}

@@ -357,7 +357,7 @@ func hasTensorMaps() bool {
 // device address addr: dims innermost first, strides in bytes of the
 // dimensions after the first, box the copied box's extent; elements
 // outside the tensor read as zero.
-func newTensorMap(dtype int, addr uint64, dims, strides []uint64, box []uint32, swizzle int) (*tensorMap, error) {
+func (d *Device) newTensorMap(dtype int, addr uint64, dims, strides []uint64, box []uint32, swizzle int) (*tensorMap, error) {
 	if C.pxcu_has_tensor_map() == 0 {
 		return nil, fmt.Errorf("cuTensorMapEncodeTiled: not in this CUDA driver (needs CUDA 12)")
 	}
@@ -374,7 +374,7 @@ func newTensorMap(dtype int, addr uint64, dims, strides []uint64, box []uint32, 
 			cs[i] = C.ulonglong(strides[i])
 		}
 	}
-	if r := C.pxcu_tensor_map(unsafe.Pointer(&m[0]), C.int(dtype), C.uint(len(dims)), C.ulonglong(addr), &cd[0], &cs[0],
+	if r := C.pxcu_tensor_map(d.ctx, unsafe.Pointer(&m[0]), C.int(dtype), C.uint(len(dims)), C.ulonglong(addr), &cd[0], &cs[0],
 		&cb[0], C.int(swizzle)); r != 0 {
 		return nil, fmt.Errorf("%w (dims %v, strides %v, box %v)", cuErr("cuTensorMapEncodeTiled", r), dims, strides, box)
 	}

@@ -182,10 +182,12 @@ CUresult pxcu_module_function(CUcontext ctx, CUfunction *f, CUmodule m, const ch
 	return p_cuModuleGetFunction(f, m, name);
 }
 int pxcu_has_tensor_map(void) { return p_cuTensorMapEncodeTiled != 0; }
-CUresult pxcu_tensor_map(void *out, int dtype, unsigned rank, unsigned long long addr, const unsigned long long *dims,
-                         const unsigned long long *strides, const unsigned *box, int swizzle) {
+CUresult pxcu_tensor_map(CUcontext ctx, void *out, int dtype, unsigned rank, unsigned long long addr,
+                         const unsigned long long *dims, const unsigned long long *strides, const unsigned *box,
+                         int swizzle) {
 	static const unsigned es[5] = {1, 1, 1, 1, 1};
 	if (!p_cuTensorMapEncodeTiled) return 500; // CUDA_ERROR_NOT_FOUND
+	CUR(ctx); // the encoder checks the calling thread's context
 	// no interleave, L2 promotion of 128 bytes, out-of-bounds elements read as zero
 	return p_cuTensorMapEncodeTiled(out, dtype, rank, (void *)addr, dims, strides, box, es, 0, swizzle, 2, 0);
 }

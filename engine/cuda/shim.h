@@ -55,8 +55,9 @@ CUresult pxcu_module_load(CUcontext ctx, CUmodule *m, const void *image);
 CUresult pxcu_module_unload(CUcontext ctx, CUmodule m);
 CUresult pxcu_module_function(CUcontext ctx, CUfunction *f, CUmodule m, const char *name);
 int pxcu_has_tensor_map(void);
-CUresult pxcu_tensor_map(void *out, int dtype, unsigned rank, unsigned long long addr, const unsigned long long *dims,
-                         const unsigned long long *strides, const unsigned *box, int swizzle);
+CUresult pxcu_tensor_map(CUcontext ctx, void *out, int dtype, unsigned rank, unsigned long long addr,
+                         const unsigned long long *dims, const unsigned long long *strides, const unsigned *box,
+                         int swizzle);
 CUresult pxcu_func_set_smem(CUcontext ctx, CUfunction f, int bytes);
 CUresult pxcu_launch(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                    unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s,

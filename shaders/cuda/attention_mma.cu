@@ -395,14 +395,8 @@ __device__ __forceinline__ void dkv_impl(const u16 *Q, const u16 *R, const u16 *
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
 	const int j0 = blockIdx.x * BK, hk = blockIdx.y, b = blockIdx.z, G = Hq / Hkv;
 	const i64 ko = ((i64)b * Hkv + hk) * Lk * D;
-	const int off = Lk - Lq, jEnd = min(j0 + BK, Lk);
-	int iLo = 0, iHi = Lq;
-	if (causal) {
-		iLo = max(0, j0 - off);
-		if (window > 0) iHi = min(Lq, jEnd - off - 1 + window);
-	}
-	const int q0 = iLo / BQ * BQ;
-	const int nq = iHi > iLo ? (iHi - q0 + BQ - 1) / BQ : 0;
+	const ColSpan cs = col_span(j0, BK, BQ, Lq, Lk, causal, window);
+	const int off = cs.off, q0 = cs.q0, nq = cs.nq;
 	const int ntiles = nq * G;
 
 	load_rows<D>(sK, K + ko, j0, BK, Lk, tid, 128);

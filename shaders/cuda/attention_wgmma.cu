@@ -50,13 +50,6 @@ __device__ __forceinline__ void async_fence() { asm volatile("fence.proxy.async.
 // accumulators (224) ptxas serializes every wgmma (C7512) and spills.
 #define SMEMFRAG(D, PX) ((D) == 128 && (PX))
 
-// PINGPONG orders the TMA dk/dv kernel's warpgroups: each issues its S, A,
-// T products in turn (named barriers 3 and 4), so one's elementwise work
-// runs while the other's products occupy the tensor cores.
-#ifndef PINGPONG
-#define PINGPONG 1
-#endif
-
 // sw_desc is the wgmma descriptor of a 128-byte-swizzled operand at shared
 // address addr: lbo is the byte distance between 64-column panels (used by
 // MN-major operands wider than 64), 8-row groups are 1024 bytes apart. Its
@@ -118,11 +111,17 @@ __device__ __forceinline__ void tma_load3(u32 dst, const TmaMap *map, u32 bar, i
 	             "l"((u64)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
 	             : "memory");
 }
-// Named barriers of 256 threads that order the two warpgroups' matrix
-// products (ping-pong): a warpgroup waits for its turn, issues, and hands
-// the turn to the other.
-__device__ __forceinline__ void nbar_sync(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
-__device__ __forceinline__ void nbar_arrive(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
+// Ping-pong of the TMA kernels' two warpgroups: each issues its S, A, T
+// products in turn, so one's elementwise work runs while the other's
+// products occupy the tensor cores. turn_take waits for the calling
+// warpgroup's turn (named barrier 3 + wg, 256 threads); turn_pass hands it
+// to the other, except warpgroup 1 after the last tile (warpgroup 0 takes
+// no further turn). Warpgroup 1 passes once before the loop, so warpgroup
+// 0 goes first.
+__device__ __forceinline__ void turn_take(int wg) { asm volatile("bar.sync %0, 256;" ::"r"(3 + wg) : "memory"); }
+__device__ __forceinline__ void turn_pass(int wg, bool last) {
+	if (!(wg == 1 && last)) asm volatile("bar.arrive %0, 256;" ::"r"(4 - wg) : "memory");
+}
 
 // The TMA pipelines' NS stages: mbarriers full[i] at bar + 8 i (one
 // arrival: the loader's expect_tx) and empty[i] at bar + 8 (NS + i) (all
@@ -234,6 +233,27 @@ __device__ __forceinline__ void mma_pv_ss(float *o, u32 a, u32 v) {
 		if (D == 128) wgmma_ss_n128_t01(o, da, dv, 1);
 		else wgmma_ss_n64_t01(o, da, dv, 1);
 	}
+}
+
+// issue_sat issues the backward's S = A_s B_s^T, A = A_a B_a^T and (PX)
+// T = A_t B_t^T (64 x N, mma_qk operands, A tiles of arows rows), runs
+// pass (the ping-pong turn) once they are issued and waits for S: with OV
+// as three commit groups (the caller waits for A and T as it needs them),
+// else as one.
+template <int N, int D, bool PX, bool OV, typename F>
+__device__ __forceinline__ void issue_sat(float *s, float *aa, float *tt, int arows, u32 as, u32 bs, u32 aA, u32 bA,
+                                          u32 at, u32 bt, F pass) {
+	wg_fence();
+	mma_qk<N, D>(s, as, arows, bs);
+	if (OV) wg_commit();
+	mma_qk<N, D>(aa, aA, arows, bA);
+	if (OV) wg_commit();
+	if (PX) mma_qk<N, D>(tt, at, arows, bt);
+	if (!OV || PX) wg_commit();
+	pass();
+	if (!OV) wg_wait<0>();
+	else if (PX) wg_wait<2>();
+	else wg_wait<1>();
 }
 
 // ---------------------------------------------------------------------
@@ -435,14 +455,8 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 	const int tid = threadIdx.x, wg = warpgroup(), warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, tq = lane & 3;
 	const int j0 = blockIdx.x * BK, hk = blockIdx.y, b = blockIdx.z, G = Hq / Hkv;
 	const i64 ko = ((i64)b * Hkv + hk) * Lk * D;
-	const int off = Lk - Lq, jEnd = min(j0 + BK, Lk);
-	int iLo = 0, iHi = Lq;
-	if (causal) {
-		iLo = max(0, j0 - off);
-		if (window > 0) iHi = min(Lq, jEnd - off - 1 + window);
-	}
-	const int q0 = iLo / BQ * BQ;
-	const int nq = iHi > iLo ? (iHi - q0 + BQ - 1) / BQ : 0;
+	const ColSpan cs = col_span(j0, BK, BQ, Lq, Lk, causal, window);
+	const int off = cs.off, q0 = cs.q0, nq = cs.nq;
 	const int ntiles = nq * G;
 	const int wj0 = j0 + wg * 64; // this warpgroup's keys [wj0, wj0 + 64)
 
@@ -490,7 +504,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 		__syncthreads(); // K, V and the barriers' initialisation
 		if (tid == 128)
 			for (int i = 0; i < NS && i < ntiles; i++) tma_tile(i, i);
-		if (wg == 1) nbar_arrive(3); // warpgroup 0 issues first
+		if (wg == 1) turn_pass(wg, false); // warpgroup 0 issues first
 	} else {
 		if (ntiles > 0) load_tile(0, 0);
 		cp_async_commit();
@@ -525,9 +539,9 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 		}
 		// ping-pong (TMA only: the block barriers of the cp.async
 		// pipeline keep the warpgroups in step anyway)
-		if (TMA && PINGPONG) nbar_sync(3 + wg);
+		if (TMA) turn_take(wg);
 		auto pass_turn = [&]() {
-			if (TMA && PINGPONG && !(wg == 1 && t == ntiles - 1)) nbar_arrive(4 - wg);
+			if (TMA) turn_pass(wg, t == ntiles - 1);
 		};
 		if (!live) pass_turn();
 		if (live) { // uniform per warpgroup
@@ -536,20 +550,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 			if (OV) {
 				// S, A and T as three groups, as in the dq kernel: p overlaps A
 				// and T, dT and dK += dT^T R overlap T.
-				wg_fence();
-				mma_qk<BQ, D>(s, wK, BK, qs);
-				wg_commit();
-				mma_qk<BQ, D>(aa, wV, BK, gs);
-				wg_commit();
-				if (PX) {
-					mma_qk<BQ, D>(tt, wK, BK, rs);
-					wg_commit();
-					pass_turn();
-					wg_wait<2>();
-				} else {
-					pass_turn();
-					wg_wait<1>();
-				}
+				issue_sat<BQ, D, PX, true>(s, aa, tt, BK, wK, qs, wV, gs, wK, rs, pass_turn);
 				// interior tiles (every pair visible) skip the mask
 				bool edge = r0 + BQ > Lq || wj0 + 64 > Lk;
 				if (causal) edge = edge || wj0 + 63 > r0 + off || (window > 0 && wj0 <= r0 + BQ - 1 + off - window);
@@ -610,13 +611,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 				// hoisted out of the loop into registers
 				int sro = (warp * 16 + g) * 128 + tq * 4, sxo = g << 4;
 				if (SF) asm volatile("" : "+r"(sro), "+r"(sxo));
-				wg_fence();
-				mma_qk<BQ, D>(s, wK, BK, qs);
-				mma_qk<BQ, D>(aa, wV, BK, gs);
-				if (PX) mma_qk<BQ, D>(tt, wK, BK, rs);
-				wg_commit();
-				pass_turn();
-				wg_wait<0>();
+				issue_sat<BQ, D, PX, false>(s, aa, tt, BK, wK, qs, wV, gs, wK, rs, pass_turn);
 				// interior tiles (every pair visible) skip the mask
 				bool edge = r0 + BQ > Lq || wj0 + 64 > Lk;
 				if (causal) edge = edge || wj0 + 63 > r0 + off || (window > 0 && wj0 <= r0 + BQ - 1 + off - window);
@@ -831,7 +826,7 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 		__syncthreads(); // Q, dO, R and the barriers' initialisation
 		if (tid == 128)
 			for (int i = 0; i < NS && i < ntiles; i++) tma_kv(i);
-		if (wg == 1) nbar_arrive(3); // warpgroup 0 issues first
+		if (wg == 1) turn_pass(wg, false); // warpgroup 0 issues first
 	}
 
 	const float sl2 = scale * LOG2E;
@@ -870,9 +865,9 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 		}
 		const int j0 = t0 + t * BN;
 		const bool live = j0 < wHi && j0 + BN > wLo;
-		if (TMA && PINGPONG) nbar_sync(3 + wg);
+		if (TMA) turn_take(wg);
 		auto pass_turn = [&]() {
-			if (TMA && PINGPONG && !(wg == 1 && t == ntiles - 1)) nbar_arrive(4 - wg);
+			if (TMA) turn_pass(wg, t == ntiles - 1);
 		};
 		if (!live) pass_turn();
 		if (live) { // uniform per warpgroup
@@ -881,20 +876,7 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 			if (OV) {
 				// S, A and T as three groups: p = exp(S - lse) overlaps A and
 				// T, dT (which needs no T) and its product overlap T.
-				wg_fence();
-				mma_qk<BN, D>(s, wQ, BM, ks);
-				wg_commit();
-				mma_qk<BN, D>(aa, wG, BM, vs);
-				wg_commit();
-				if (PX) {
-					mma_qk<BN, D>(tt, wR, BM, ks);
-					wg_commit();
-					pass_turn();
-					wg_wait<2>();
-				} else {
-					pass_turn();
-					wg_wait<1>();
-				}
+				issue_sat<BN, D, PX, true>(s, aa, tt, BM, wQ, ks, wG, vs, wR, ks, pass_turn);
 				const bool edge = j0 + BN > firstHi || j0 < lastLo;
 	#pragma unroll
 				for (int i = 0; i < BN / 2; i++) {
@@ -936,13 +918,7 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 				wg_commit();
 				wg_wait<0>();
 			} else {
-				wg_fence();
-				mma_qk<BN, D>(s, wQ, BM, ks);
-				mma_qk<BN, D>(aa, wG, BM, vs);
-				if (PX) mma_qk<BN, D>(tt, wR, BM, ks);
-				wg_commit();
-				pass_turn();
-				wg_wait<0>();
+				issue_sat<BN, D, PX, false>(s, aa, tt, BM, wQ, ks, wG, vs, wR, ks, pass_turn);
 				const bool edge = j0 + BN > firstHi || j0 < lastLo;
 				u32 as[BN / 16][4], at[PX ? BN / 16 : 1][4];
 	#pragma unroll

@@ -168,6 +168,25 @@ __device__ __forceinline__ float quad_sum(float v) {
 	return v;
 }
 
+// ColSpan is what the dk/dv kernels' block of BK keys [j0, j0 + BK) sees
+// of the queries under the mask of spec section 1: nq tiles of BQ rows
+// from q0 (a multiple of BQ), per query head; off = Lk - Lq.
+struct ColSpan {
+	int off, q0, nq;
+};
+__device__ __forceinline__ ColSpan col_span(int j0, int BK, int BQ, int Lq, int Lk, int causal, int window) {
+	ColSpan c;
+	c.off = Lk - Lq;
+	int iLo = 0, iHi = Lq;
+	if (causal) {
+		iLo = max(0, j0 - c.off);
+		if (window > 0) iHi = min(Lq, min(j0 + BK, Lk) - c.off - 1 + window);
+	}
+	c.q0 = iLo / BQ * BQ;
+	c.nq = iHi > iLo ? (iHi - c.q0 + BQ - 1) / BQ : 0;
+	return c;
+}
+
 // fwd_store finishes one thread's two rows i0, i0 + 8 of a streaming
 // forward (spec section 3): reduces d1, d2 over the row's quad, writes
 // o = vbar (1 + tbar) - O2/d1 and vbar = O1/d1 (bf16), and the log-sum-exp

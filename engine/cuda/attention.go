@@ -121,23 +121,23 @@ func (d *Device) attnBwdFused(a engine.AttentionBackwardArgs, dm engine.AttnDims
 	return d.castRaw(ptr(a.DR), a.DR.DType(), drf, engine.F32, n)
 }
 
-// kvMap is the tensor map of a [B, Hkv, Lk, D] bf16 K or V in boxes of 64
-// keys x 64 columns (128-byte swizzle), as attention_wgmma.cu's TMA
-// kernels read them.
-func (d *Device) kvMap(t *engine.Tensor, dm engine.AttnDims, rows int) (*tensorMap, error) {
-	D, L := uint64(dm.D), uint64(rows)
-	return d.newTensorMap(tmBF16, ptr(t), []uint64{D, L, uint64(dm.B * dm.Hkv)}, []uint64{D * 2, L * D * 2},
+// tileMap is the tensor map of a bf16 tensor of heads x rows x D (Q, dO,
+// R, K or V) in boxes of 64 rows x 64 columns with the 128-byte swizzle,
+// as attention_wgmma.cu's TMA kernels read their tiles.
+func (d *Device) tileMap(t *engine.Tensor, heads, rows, D int) (*tensorMap, error) {
+	L, w := uint64(rows), uint64(D)
+	return d.newTensorMap(tmBF16, ptr(t), []uint64{w, L, uint64(heads)}, []uint64{w * 2, L * w * 2},
 		[]uint32{64, 64, 1}, tmSwizzle128)
 }
 
 // attnDqTMA launches attn_dq_tma: dQ and dR with the K and V tiles read
 // through tensor maps.
 func (d *Device) attnDqTMA(a engine.AttentionBackwardArgs, dm engine.AttnDims, T, Bv uint64, smem int) error {
-	mk, err := d.kvMap(a.K, dm, dm.Lk)
+	mk, err := d.tileMap(a.K, dm.B*dm.Hkv, dm.Lk, dm.D)
 	if err != nil {
 		return err
 	}
-	mv, err := d.kvMap(a.V, dm, dm.Lk)
+	mv, err := d.tileMap(a.V, dm.B*dm.Hkv, dm.Lk, dm.D)
 	if err != nil {
 		return err
 	}
@@ -152,10 +152,7 @@ func (d *Device) attnDqTMA(a engine.AttentionBackwardArgs, dm engine.AttnDims, T
 func (d *Device) attnDkvTMA(a engine.AttentionBackwardArgs, dm engine.AttnDims, stats uint64) error {
 	px, D := a.R != nil, dm.D
 	bh, Lq := uint64(dm.B*dm.Hq), uint64(dm.Lq)
-	rowMap := func(t *engine.Tensor) (*tensorMap, error) { // [B, Hq, Lq, D] bf16, boxes of 64 rows x 64 columns
-		return d.newTensorMap(tmBF16, ptr(t), []uint64{uint64(D), Lq, bh}, []uint64{uint64(D) * 2, Lq * uint64(D) * 2},
-			[]uint32{64, wbwdBQ, 1}, tmSwizzle128)
-	}
+	rowMap := func(t *engine.Tensor) (*tensorMap, error) { return d.tileMap(t, dm.B*dm.Hq, dm.Lq, D) } // wbwdBQ = 64 rows
 	mq, err := rowMap(a.Q)
 	if err != nil {
 		return err
@@ -343,11 +340,10 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 	}
 	bf16 := allBF16(a.Q, a.K, a.V, a.R, a.O, a.DO, a.Vbar, a.DQ, a.DK, a.DV, a.DR)
 	// On Hopper: wgmma dq/dr and dk/dv kernels fed by TMA (Parallax at
-	// D = 128: dq/dr by cp.async);
-	// PARALLAX_CUDA_BWD=split takes the mma.sync dq/dr kernel instead,
-	// =fused the one-kernel backward with f32 dq/dr reductions
-	// (attnBwdFused), =wgmma the two wgmma kernels with cp.async loads,
-	// =tma the TMA kernels for both.
+	// D = 128: dq/dr by cp.async); PARALLAX_CUDA_BWD=split takes the
+	// mma.sync dq/dr kernel instead, =fused the one-kernel backward with
+	// f32 dq/dr reductions (attnBwdFused), =wgmma the two wgmma kernels
+	// with cp.async loads, =tma the TMA kernels for both.
 	mode := os.Getenv("PARALLAX_CUDA_BWD")
 	hopper := bf16 && d.wgmma() && (D == 64 || D == 128)
 	tma := hopper && (mode == "" || mode == "tma") && hasTensorMaps()

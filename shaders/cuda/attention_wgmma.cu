@@ -134,6 +134,15 @@ template <int NS> __device__ __forceinline__ void pipe_init(u32 bar) {
 	}
 	asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
+// pipe_start, after every thread's cp.async data is visible, makes the
+// barriers' initialisation visible, has the loader issue the first NS
+// tiles with load(t) and gives warpgroup 0 the first turn.
+template <int NS, typename F> __device__ __forceinline__ void pipe_start(int ntiles, int wg, F load) {
+	__syncthreads();
+	if (threadIdx.x == 128)
+		for (int i = 0; i < NS && i < ntiles; i++) load(i);
+	if (wg == 1) turn_pass(wg, false);
+}
 // pipe_release marks tile t's stage free (every thread, once done with
 // it); the loader (thread 128, of the warpgroup that issues second) waits
 // until all are and loads tile t + NS into it with load(t + NS).
@@ -467,8 +476,8 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 	load_sw<D, BK>(aV, V + ko, j0, Lk, tid);
 	// With TMA one thread loads a tile: Q, dO (and R) as D/64 swizzled
 	// panels of 64 rows, and the packed row statistics.
-	auto tma_tile = [&](int t, int buf) {
-		int gg = t / nq, qt = t % nq;
+	auto tma_tile = [&](int t) {
+		int buf = t % NS, gg = t / nq, qt = t % nq;
 		int bh = b * Hq + hk * G + gg, r0 = q0 + qt * BQ;
 		u32 at = aQ0 + buf * NQ * QB, bar = aBar + 8 * buf;
 		mbar_expect_tx(bar, NQ * QB + BQ * 16);
@@ -501,10 +510,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 		cp_async_commit();
 		cp_async_wait<0>();
 		async_fence();
-		__syncthreads(); // K, V and the barriers' initialisation
-		if (tid == 128)
-			for (int i = 0; i < NS && i < ntiles; i++) tma_tile(i, i);
-		if (wg == 1) turn_pass(wg, false); // warpgroup 0 issues first
+		pipe_start<NS>(ntiles, wg, tma_tile);
 	} else {
 		if (ntiles > 0) load_tile(0, 0);
 		cp_async_commit();
@@ -720,7 +726,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 			}
 		}
 		if (TMA) {
-			pipe_release<NS>(aBar, t, ntiles, [&](int n) { tma_tile(n, n % NS); });
+			pipe_release<NS>(aBar, t, ntiles, tma_tile);
 		} else if (NS == 2) {
 			__syncthreads();
 		}
@@ -823,10 +829,7 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	if (TMA) {
 		cp_async_wait<0>();
 		async_fence();
-		__syncthreads(); // Q, dO, R and the barriers' initialisation
-		if (tid == 128)
-			for (int i = 0; i < NS && i < ntiles; i++) tma_kv(i);
-		if (wg == 1) turn_pass(wg, false); // warpgroup 0 issues first
+		pipe_start<NS>(ntiles, wg, tma_kv);
 	}
 
 	const float sl2 = scale * LOG2E;

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/parallax-engine/parallax/engine"
 )
@@ -128,6 +129,22 @@ func (d *Device) tileMap(t *engine.Tensor, heads, rows, D int) (*tensorMap, erro
 	L, w := uint64(rows), uint64(D)
 	return d.newTensorMap(tmBF16, ptr(t), []uint64{w, L, uint64(heads)}, []uint64{w * 2, L * w * 2},
 		[]uint32{64, 64, 1}, tmSwizzle128)
+}
+
+// attnFwdTMA launches the forward kernel name (an attn_fwd_tma_*) with
+// the K and V tiles read through tensor maps.
+func (d *Device) attnFwdTMA(a engine.AttentionArgs, dm engine.AttnDims, name string, smem int) error {
+	mk, err := d.tileMap(a.K, dm.B*dm.Hkv, dm.Lk, dm.D)
+	if err != nil {
+		return err
+	}
+	mv, err := d.tileMap(a.V, dm.B*dm.Hkv, dm.Lk, dm.D)
+	if err != nil {
+		return err
+	}
+	return d.launch(wgmmaMod, name, [3]int{(dm.Lq + wfwdBM - 1) / wfwdBM, dm.Hq, dm.B}, [3]int{256, 1, 1}, smem,
+		newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.O)).p(ptr(a.Vbar)).p(ptr(a.LSE)).p(ptr(a.Tbar)).
+			i(dm.Hq).i(dm.Hkv).i(dm.Lq).i(dm.Lk).f(dm.Scale).i(b2i(dm.Causal)).i(dm.Window).tmap(mk).tmap(mv))
 }
 
 // attnDqTMA launches attn_dq_tma: dQ and dR with the K and V tiles read
@@ -269,6 +286,11 @@ func (d *Device) Attention(a engine.AttentionArgs) error {
 			name, bn = fmt.Sprintf("attn_fwd_wgmma_d%d_bn128_%s", dims.D, kind(px)), 128
 		}
 		smem := wrowSmem(dims.D, nq, bn)
+		// TMA K/V loads and ping-pong warpgroups unless
+		// PARALLAX_CUDA_FWD=cp.async (or no tensor maps).
+		if os.Getenv("PARALLAX_CUDA_FWD") != "cp.async" && hasTensorMaps() {
+			return d.attnFwdTMA(a, dims, strings.Replace(name, "_wgmma_", "_tma_", 1), smem)
+		}
 		return d.launch(wgmmaMod, name,
 			[3]int{(dims.Lq + wfwdBM - 1) / wfwdBM, dims.Hq, dims.B}, [3]int{256, 1, 1}, smem,
 			newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.O)).p(ptr(a.Vbar)).p(ptr(a.LSE)).p(ptr(a.Tbar)).

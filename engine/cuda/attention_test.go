@@ -146,13 +146,15 @@ func TestTensorCoreAttention(t *testing.T) {
 					w.check("tbar", tb, tol)
 				}
 				// The other forward kernels on the same inputs: on Hopper the
-				// default above is attention_wgmma.cu; then its 128-key-tile
-				// variant and the mma.sync kernels (64- and, for D = 128,
+				// default above is attention_wgmma.cu's TMA kernel; then its
+				// 64- and 128-key-tile variants, each also with cp.async
+				// loads, and the mma.sync kernels (64- and, for D = 128,
 				// 32-key tiles).
-				type variant struct{ name, wgmma, bn string }
-				variants := []variant{{"o mma", "0", ""}, {"o bn64", "", "64"}, {"o bn128", "", "128"}}
+				type variant struct{ name, wgmma, bn, fwd string }
+				variants := []variant{{"o mma", "0", "", ""}, {"o bn64", "", "64", ""}, {"o bn128", "", "128", ""},
+					{"o cp.async bn64", "", "64", "cp.async"}, {"o cp.async bn128", "", "128", "cp.async"}}
 				if c.D == 128 {
-					variants = append(variants, variant{"o bn32", "0", "32"})
+					variants = append(variants, variant{"o bn32", "0", "32", ""})
 				}
 				for _, vr := range variants {
 					ov := w.zeros(dt, qs...)
@@ -162,9 +164,11 @@ func TestTensorCoreAttention(t *testing.T) {
 					}
 					t.Setenv("PARALLAX_CUDA_WGMMA", vr.wgmma)
 					t.Setenv("PARALLAX_CUDA_FWD_BN", vr.bn)
+					t.Setenv("PARALLAX_CUDA_FWD", vr.fwd)
 					err := gpu.Attention(a)
 					os.Unsetenv("PARALLAX_CUDA_WGMMA")
 					os.Unsetenv("PARALLAX_CUDA_FWD_BN")
+					os.Unsetenv("PARALLAX_CUDA_FWD")
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -237,10 +237,17 @@ func benchPrefill(t *testing.T, d *cuda.Device, emit func(map[string]any)) {
 			fm := medianWith(t, d, fwd1, "PARALLAX_CUDA_WGMMA", "0")
 			t.Logf("%-9s %3d %3d %6d %4d %10.3f %9.0f   (forward, mma.sync kernel)", name, s.B, s.H, s.L, s.D, fm, pf*unit/(fm*1e-3)/1e12)
 			emit(map[string]any{"bench": "prefill_mma", "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "fwd_ms": fm})
-			if !px || s.D == 64 {
-				f128 := medianWith(t, d, fwd1, "PARALLAX_CUDA_FWD_BN", "128")
-				t.Logf("%-9s %3d %3d %6d %4d %10.3f %9.0f   (forward, 128-key tiles)", name, s.B, s.H, s.L, s.D, f128, pf*unit/(f128*1e-3)/1e12)
-				emit(map[string]any{"bench": "prefill_bn128", "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "fwd_ms": f128})
+			// The wgmma forward with 64- and 128-key tiles (Parallax at
+			// D = 128 has no 128-key kernel), TMA and cp.async loads.
+			for _, bn := range []string{"64", "128"} {
+				if bn == "128" && px && s.D == 128 {
+					continue
+				}
+				for _, ld := range []string{"tma", "cp.async"} {
+					fv := medianWith(t, d, fwd1, "PARALLAX_CUDA_FWD_BN", bn, "PARALLAX_CUDA_FWD", ld)
+					t.Logf("%-9s %3d %3d %6d %4d %10.3f %9.0f   (forward, %s-key tiles, %s)", name, s.B, s.H, s.L, s.D, fv, pf*unit/(fv*1e-3)/1e12, bn, ld)
+					emit(map[string]any{"bench": "prefill_fwd_" + ld + "_bn" + bn, "kind": name, "B": s.B, "H": s.H, "L": s.L, "D": s.D, "fwd_ms": fv})
+				}
 			}
 			// The other backward kernel sets.
 			for _, m := range []struct {

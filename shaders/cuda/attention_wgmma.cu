@@ -267,23 +267,30 @@ __device__ __forceinline__ void issue_sat(float *s, float *aa, float *tt, int ar
 
 // ---------------------------------------------------------------------
 // Forward: one block of two warpgroups per 128 query rows of one
-// (batch, head), each warpgroup 64 rows; K/V tiles of BN keys
-// double-buffered with cp.async by all 256 threads. Per tile a warpgroup
-// issues S = Q K^T and T = R K^T (D/16 wgmma each), waits, does the
-// online softmax in registers (same statistics as attention_mma.cu), and
-// issues O1 += P1 V and O2 += P2 V with P1, P2 = P1 * T rounded to bf16 as
-// register A operands. The two warpgroups overlap each other's softmax
-// with their matrix products.
+// (batch, head), each warpgroup 64 rows; K/V tiles of BN keys, NS in
+// flight. Per tile a warpgroup issues S = Q K^T and T = R K^T (D/16
+// wgmma each), waits, does the online softmax in registers (same
+// statistics as attention_mma.cu), and issues O1 += P1 V and O2 += P2 V
+// with P1, P2 = P1 * T rounded to bf16 as register A operands.
+//
+// With TMA the K/V tiles come through tensor maps into mbarrier stages
+// and the warpgroups take turns issuing S and T (ping-pong, as the TMA
+// backward), so one's softmax runs while the other's products occupy the
+// tensor cores; without it all 256 threads load with cp.async and meet at
+// a block barrier each tile.
 // ---------------------------------------------------------------------
-template <int D, int BN, bool PX, int NS, bool OV>
+template <int D, int BN, bool PX, int NS, bool OV, bool TMA>
 __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 *K, const u16 *V, u16 *O, u16 *Vb,
                                           float *LSE, float *TB, int Hq, int Hkv, int Lq, int Lk, float scale,
-                                          int causal, int window) {
+                                          int causal, int window, const TmaMap *mK, const TmaMap *mV) {
 	constexpr int BM = 128, QB = BM * D * 2, KB = BN * D * 2;
 	extern __shared__ __align__(1024) unsigned char smem[];
 	const u32 base = (smem_addr(smem) + 1023) & ~1023u;
 	const u32 aQ = base, aR = aQ + QB, aK = aR + (PX ? QB : 0), aV = aK + NS * KB;
-	const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+	// (the cp.async kernels keep the plain warpgroup index: the uniform
+	// one measured more spills there)
+	const int tid = threadIdx.x, wg = TMA ? warpgroup() : tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2,
+	          tq = lane & 3;
 	const int m0 = (gridDim.x - 1 - blockIdx.x) * BM; // long causal blocks first
 	const int h = blockIdx.y, b = blockIdx.z, hk = h / (Hq / Hkv);
 	const i64 qo = ((i64)b * Hq + h) * Lq * D, ko = ((i64)b * Hkv + hk) * Lk * D;
@@ -292,10 +299,33 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 	const int off = sp.off, t0 = sp.t0, ntiles = sp.ntiles, wHi = sp.wHi, wLo = sp.wLo, firstHi = sp.firstHi,
 	          lastLo = sp.lastLo;
 
+	// TMA: full[NS], empty[NS] mbarriers after the K/V stages; a tile is
+	// D/64 panels of BN rows, each BN/64 boxes of 64 rows.
+	const u32 aBar = aV + NS * KB;
+	const int bhk = b * Hkv + hk;
+	auto tma_kv = [&](int t) {
+		const int buf = t % NS, j0 = t0 + t * BN;
+		const u32 bar = aBar + 8 * buf;
+		mbar_expect_tx(bar, 2 * KB);
+#pragma unroll
+		for (int p = 0; p < D / 64; p++)
+#pragma unroll
+			for (int rb = 0; rb < BN / 64; rb++) {
+				const u32 o = buf * KB + p * BN * 128 + rb * 64 * 128;
+				tma_load3(aK + o, mK, bar, p * 64, j0 + rb * 64, bhk);
+				tma_load3(aV + o, mV, bar, p * 64, j0 + rb * 64, bhk);
+			}
+	};
+	if (TMA) pipe_init<NS>(aBar);
 	load_sw<D, BM>(aQ, Q + qo, m0, Lq, tid);
 	if (PX) load_sw<D, BM>(aR, R + qo, m0, Lq, tid);
-	if (ntiles > 0) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, 0, t0, Lk, tid);
+	if (!TMA && ntiles > 0) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, 0, t0, Lk, tid);
 	cp_async_commit();
+	if (TMA) {
+		cp_async_wait<0>();
+		async_fence();
+		pipe_start<NS>(ntiles, wg, tma_kv);
+	}
 
 	float o1[D / 2], o2[PX ? D / 2 : 1];
 #pragma unroll
@@ -303,8 +333,10 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 		o1[i] = 0;
 		if (PX) o2[i] = 0;
 	}
+	// mr: the running max of the raw scores s = q.k (the scale is folded
+	// into the exponent, one FFMA an element); d1, d2 as in spec section 3.
 	float mr[2] = {NEG_INF, NEG_INF}, d1[2] = {0, 0}, d2[2] = {0, 0};
-	const float sl2 = scale * LOG2E;
+	const float sl2 = scale * LOG2E, slk = SLACK / sl2;
 	const int i0 = w0 + warp * 16 + g;
 	int hiR[2], loR[2];
 #pragma unroll
@@ -316,13 +348,23 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 	const u32 wQ = aQ + wg * 64 * 128, wR = aR + wg * 64 * 128;
 
 	for (int t = 0; t < ntiles; t++) {
-		if (t + 1 < ntiles) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, t + 1, t0, Lk, tid);
-		cp_async_commit();
-		cp_async_wait<1>();
-		async_fence();
-		__syncthreads();
+		if (TMA) {
+			mbar_wait(aBar + 8 * (t % NS), (t / NS) & 1);
+			turn_take(wg);
+		} else {
+			if (t + 1 < ntiles) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, t + 1, t0, Lk, tid);
+			cp_async_commit();
+			cp_async_wait<1>();
+			async_fence();
+			__syncthreads();
+		}
+		auto pass_turn = [&]() {
+			if (TMA) turn_pass(wg, t == ntiles - 1);
+		};
 		const int j0 = t0 + t * BN;
-		if (j0 < wHi && j0 + BN > wLo) { // uniform per warpgroup
+		const bool live = j0 < wHi && j0 + BN > wLo; // uniform per warpgroup
+		if (!live) pass_turn();
+		if (live) {
 			const u32 ks = aK + (t % NS) * KB, vs = aV + (t % NS) * KB;
 			float s[BN / 2], tt[PX ? BN / 2 : 1];
 			// OV: S and T as two groups, so the softmax of S overlaps T's
@@ -334,28 +376,27 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 			if (PX && OV) {
 				mma_qk<BN, D>(tt, wR, BM, ks);
 				wg_commit();
-				wg_wait<1>();
-			} else {
-				wg_wait<0>();
 			}
+			pass_turn();
+			if (PX && OV) wg_wait<1>();
+			else wg_wait<0>();
 			const bool edge = j0 + BN > firstHi || j0 < lastLo;
 			float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
 			for (int i = 0; i < BN / 2; i++) {
 				int r = (i >> 1) & 1, j = j0 + (i >> 2) * 8 + tq * 2 + (i & 1);
-				float x = s[i] * sl2;
-				if (edge && (j >= hiR[r] || j < loR[r])) x = NEG_INF;
-				s[i] = x;
-				mx[r] = fmaxf(mx[r], x);
+				if (edge && (j >= hiR[r] || j < loR[r])) s[i] = NEG_INF;
+				mx[r] = fmaxf(mx[r], s[i]);
 			}
 			quad_max2(mx);
 			float alpha[2], mu[2];
 #pragma unroll
 			for (int r = 0; r < 2; r++) {
 				float mn = fmaxf(mr[r], mx[r]);
-				if (mr[r] != NEG_INF && mx[r] <= mr[r] + SLACK) mn = mr[r]; // lazy rescaling
-				mu[r] = mn == NEG_INF ? 0.0f : mn;
-				alpha[r] = ex2(mr[r] - mu[r]);
+				if (mr[r] != NEG_INF && mx[r] <= mr[r] + slk) mn = mr[r]; // lazy rescaling
+				// unfused products: a kept max gives alpha exactly 1
+				mu[r] = mn == NEG_INF ? 0.0f : __fmul_rn(mn, sl2);
+				alpha[r] = ex2(__fmul_rn(mr[r], sl2) - mu[r]);
 				mr[r] = mn;
 				d1[r] *= alpha[r];
 				if (PX) d2[r] *= alpha[r];
@@ -364,7 +405,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 #pragma unroll
 			for (int i = 0; i < BN / 2; i += 2) {
 				int r = (i >> 1) & 1;
-				float p0 = ex2(s[i] - mu[r]), p1 = ex2(s[i + 1] - mu[r]);
+				float p0 = ex2(fmaf(s[i], sl2, -mu[r])), p1 = ex2(fmaf(s[i + 1], sl2, -mu[r]));
 				d1[r] += p0 + p1;
 				s[i] = p0;
 				s[i + 1] = p1;
@@ -405,17 +446,28 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 			}
 			wg_wait<0>();
 		}
-		if (NS == 2) __syncthreads(); // with three buffers the next load targets tile t - 2's
+		if (TMA) {
+			pipe_release<NS>(aBar, t, ntiles, tma_kv);
+		} else if (NS == 2) {
+			__syncthreads(); // with three buffers the next load targets tile t - 2's
+		}
 	}
 	cp_async_wait<0>();
-	fwd_store<D, PX>(o1, o2, d1, d2, mr, i0, tq, Lq, O, Vb, LSE, TB, qo, ((i64)b * Hq + h) * Lq);
+	// fwd_store's log-sum-exp takes the max in log2 units
+	const float ms[2] = {__fmul_rn(mr[0], sl2), __fmul_rn(mr[1], sl2)};
+	fwd_store<D, PX>(o1, o2, d1, d2, ms, i0, tq, Lq, O, Vb, LSE, TB, qo, ((i64)b * Hq + h) * Lq);
 }
 
 #define WFWD(D, BN, PXN, PX, SUF, NS)                                                                                       \
 	extern "C" __global__ void __launch_bounds__(256, 1) attn_fwd_wgmma_d##D##SUF##_##PXN(                              \
 	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, u16 *O, u16 *Vb, float *LSE, float *TB, int Hq, int Hkv, \
 	    int Lq, int Lk, float scale, int causal, int window) {                                                          \
-		wfwd_impl<D, BN, PX, NS, !(PX)>(Q, R, K, V, O, Vb, LSE, TB, Hq, Hkv, Lq, Lk, scale, causal, window);                    \
+		wfwd_impl<D, BN, PX, NS, !(PX), false>(Q, R, K, V, O, Vb, LSE, TB, Hq, Hkv, Lq, Lk, scale, causal, window, 0, 0); \
+	}                                                                                                                   \
+	extern "C" __global__ void __launch_bounds__(256, 1) attn_fwd_tma_d##D##SUF##_##PXN(                                \
+	    const u16 *Q, const u16 *R, u16 *O, u16 *Vb, float *LSE, float *TB, int Hq, int Hkv, int Lq, int Lk,            \
+	    float scale, int causal, int window, const __grid_constant__ TmaMap mK, const __grid_constant__ TmaMap mV) {    \
+		wfwd_impl<D, BN, PX, NS, !(PX), true>(Q, R, 0, 0, O, Vb, LSE, TB, Hq, Hkv, Lq, Lk, scale, causal, window, &mK, &mV); \
 	}
 WFWD(64, 64, px, true, , STAGES(64))
 WFWD(64, 64, sm, false, , STAGES(64))

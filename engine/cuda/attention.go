@@ -389,7 +389,7 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 	}
 	if allBF16(a.DO, a.O, a.Vbar) && D%8 == 0 && D <= 256 && D&(D-1) == 0 {
 		err = d.launch(simtMod, "bwd_pre_bf16", [3]int{(rows*(D/8) + 255) / 256, 1, 1}, [3]int{256, 1, 1}, 0,
-			newArgs().p(ptr(a.DO)).p(ptr(a.O)).p(ptr(a.Vbar)).p(T).p(Bv).l(int64(rows)).i(D).p(ptr(a.LSE)).p(ptr(a.Tbar)).p(stats))
+			newArgs().p(ptr(a.DO)).p(ptr(a.O)).p(ptr(a.Vbar)).p(T).p(Bv).l(int64(rows)).i(D).p(ptr(a.LSE)).p(ptr(a.Tbar)).p(stats).f(dims.Scale))
 	} else {
 		err = d.launch(simtMod, "bwd_pre", warpRows(rows), threads128, 0,
 			newArgs().p(ptr(a.DO)).p(ptr(a.O)).p(ptr(a.Vbar)).i(dt(a.DO)).i(dt(a.O)).i(dtOr(a.Vbar)).p(T).p(Bv).l(int64(rows)).i(D))

@@ -148,10 +148,10 @@ extern "C" __global__ void bwd_pre(const void *g, const void *o, const void *vba
 // f32 sums (the tensor-core kernels' precision). The one-warp-a-row
 // version reads 2 bytes a lane and ran at a third of the memory bandwidth.
 // With st it also writes each row's statistics packed for the TMA dk/dv
-// kernel: (lse log2e, or +inf for a row that sees no key; Bv - T; Bv;
-// 1 + tbar), the forms its elementwise step uses.
+// kernel: (lse log2e, or +inf for a row that sees no key; Bv;
+// -scale (Bv - T); -scale (1 + tbar)), the forms its elementwise step uses.
 extern "C" __global__ void bwd_pre_bf16(const uint4 *g, const uint4 *o, const uint4 *vbar, float *T, float *Bv, i64 rows,
-                                        int D, const float *lse, const float *tbar, float4 *st) {
+                                        int D, const float *lse, const float *tbar, float4 *st, float scale) {
 	const int lpr = D >> 3, sub = threadIdx.x & (lpr - 1);
 	const i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / lpr;
 	const bool ok = row < rows;
@@ -177,8 +177,8 @@ extern "C" __global__ void bwd_pre_bf16(const uint4 *g, const uint4 *o, const ui
 		if (st) {
 			float l = lse[row];
 			float b = vbar ? bv : 0.0f;
-			st[row] = make_float4(l == NEG_INF ? __int_as_float(0x7f800000) : l * LOG2E, b - t, b,
-			                      1.0f + (tbar ? tbar[row] : 0.0f));
+			st[row] = make_float4(l == NEG_INF ? __int_as_float(0x7f800000) : l * LOG2E, b, -scale * (b - t),
+			                      -scale * (1.0f + (tbar ? tbar[row] : 0.0f)));
 		}
 	}
 }

@@ -265,6 +265,26 @@ __device__ __forceinline__ void issue_sat(float *s, float *aa, float *tt, int ar
 	else wg_wait<1>();
 }
 
+// Bool is a compile-time flag for generic lambdas (no <type_traits>
+// under NVRTC).
+template <bool B> struct Bool {
+	static constexpr bool value = B;
+};
+
+// row_max is the max over this thread's elements of accumulator row half
+// r (of an N-column tile in wgmma's C layout), as a tree: a chain of N/4
+// dependent max instructions would set the latency.
+template <int N> __device__ __forceinline__ float row_max(const float *s, int r) {
+	float m[N / 8];
+#pragma unroll
+	for (int n = 0; n < N / 8; n++) m[n] = fmaxf(s[4 * n + 2 * r], s[4 * n + 2 * r + 1]);
+#pragma unroll
+	for (int w = N / 16; w >= 1; w >>= 1)
+#pragma unroll
+		for (int n = 0; n < w; n++) m[n] = fmaxf(m[n], m[n + w]);
+	return m[0];
+}
+
 // ---------------------------------------------------------------------
 // Forward: one block of two warpgroups per 128 query rows of one
 // (batch, head), each warpgroup 64 rows; K/V tiles of BN keys, NS in
@@ -380,69 +400,79 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 			pass_turn();
 			if (PX && OV) wg_wait<1>();
 			else wg_wait<0>();
-			const bool edge = j0 + BN > firstHi || j0 < lastLo;
-			float mx[2] = {NEG_INF, NEG_INF};
+			// The mask as a branch of its own, taken by edge tiles only.
+			if (j0 + BN > firstHi || j0 < lastLo) {
 #pragma unroll
-			for (int i = 0; i < BN / 2; i++) {
-				int r = (i >> 1) & 1, j = j0 + (i >> 2) * 8 + tq * 2 + (i & 1);
-				if (edge && (j >= hiR[r] || j < loR[r])) s[i] = NEG_INF;
-				mx[r] = fmaxf(mx[r], s[i]);
-			}
-			quad_max2(mx);
-			float alpha[2], mu[2];
-#pragma unroll
-			for (int r = 0; r < 2; r++) {
-				float mn = fmaxf(mr[r], mx[r]);
-				if (mr[r] != NEG_INF && mx[r] <= mr[r] + slk) mn = mr[r]; // lazy rescaling
-				// unfused products: a kept max gives alpha exactly 1
-				mu[r] = mn == NEG_INF ? 0.0f : __fmul_rn(mn, sl2);
-				alpha[r] = ex2(__fmul_rn(mr[r], sl2) - mu[r]);
-				mr[r] = mn;
-				d1[r] *= alpha[r];
-				if (PX) d2[r] *= alpha[r];
-			}
-			u32 ap[BN / 16][4], at[PX ? BN / 16 : 1][4];
-#pragma unroll
-			for (int i = 0; i < BN / 2; i += 2) {
-				int r = (i >> 1) & 1;
-				float p0 = ex2(fmaf(s[i], sl2, -mu[r])), p1 = ex2(fmaf(s[i + 1], sl2, -mu[r]));
-				d1[r] += p0 + p1;
-				s[i] = p0;
-				s[i + 1] = p1;
-				// A fragment of k-step i/8: regs {row g, row g+8} x {cols 0-7, 8-15}
-				int k2 = i >> 3, q = ((i >> 1) & 1) | (((i >> 2) & 1) << 1);
-				ap[k2][q] = pack2(p0, p1);
-				if (PX && !OV) {
-					float q0 = p0 * tt[i], q1 = p1 * tt[i + 1];
-					d2[r] += q0 + q1;
-					at[k2][q] = pack2(q0, q1);
+				for (int i = 0; i < BN / 2; i++) {
+					int r = (i >> 1) & 1, j = j0 + (i >> 2) * 8 + tq * 2 + (i & 1);
+					if (j >= hiR[r] || j < loR[r]) s[i] = NEG_INF;
 				}
 			}
-			if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+			{
+				float mx[2] = {row_max<BN>(s, 0), row_max<BN>(s, 1)};
+				quad_max2(mx);
+				float alpha[2], mu[2];
 #pragma unroll
-				for (int i = 0; i < D / 2; i++) {
-					float a = alpha[(i >> 1) & 1];
-					o1[i] *= a;
-					if (PX) o2[i] *= a;
+				for (int r = 0; r < 2; r++) {
+					float mn = fmaxf(mr[r], mx[r]);
+					if (mr[r] != NEG_INF && mx[r] <= mr[r] + slk) mn = mr[r]; // lazy rescaling
+					// unfused products: a kept max gives alpha exactly 1
+					mu[r] = mn == NEG_INF ? 0.0f : __fmul_rn(mn, sl2);
+					alpha[r] = ex2(__fmul_rn(mr[r], sl2) - mu[r]);
+					mr[r] = mn;
 				}
-			}
-			wg_fence();
-			mma_pv<D, BN>(o1, ap, vs);
-			if (PX && !OV) mma_pv<D, BN>(o2, at, vs);
-			wg_commit();
-			if (PX && OV) {
-				wg_wait<1>(); // T
+				// row sums in two partial chains a row (n-tile parity)
+				float e1[2][2] = {{0, 0}, {0, 0}}, e2[2][2] = {{0, 0}, {0, 0}};
+				u32 ap[BN / 16][4], at[PX ? BN / 16 : 1][4];
 #pragma unroll
 				for (int i = 0; i < BN / 2; i += 2) {
-					int r = (i >> 1) & 1;
-					float q0 = s[i] * tt[i], q1 = s[i + 1] * tt[i + 1];
-					d2[r] += q0 + q1;
+					const int r = (i >> 1) & 1, h2 = (i >> 2) & 1;
+					float p0 = ex2(fmaf(s[i], sl2, -mu[r])), p1 = ex2(fmaf(s[i + 1], sl2, -mu[r]));
+					e1[r][h2] += p0 + p1;
+					s[i] = p0;
+					s[i + 1] = p1;
+					// A fragment of k-step i/8: regs {row g, row g+8} x {cols 0-7, 8-15}
 					int k2 = i >> 3, q = ((i >> 1) & 1) | (((i >> 2) & 1) << 1);
-					at[k2][q] = pack2(q0, q1);
+					ap[k2][q] = pack2(p0, p1);
+					if (PX && !OV) {
+						float q0 = p0 * tt[i], q1 = p1 * tt[i + 1];
+						e2[r][h2] += q0 + q1;
+						at[k2][q] = pack2(q0, q1);
+					}
+				}
+#pragma unroll
+				for (int r = 0; r < 2; r++) {
+					d1[r] = fmaf(d1[r], alpha[r], e1[r][0] + e1[r][1]);
+					if (PX && !OV) d2[r] = fmaf(d2[r], alpha[r], e2[r][0] + e2[r][1]);
+				}
+				if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+					for (int i = 0; i < D / 2; i++) {
+						float a = alpha[(i >> 1) & 1];
+						o1[i] *= a;
+						if (PX) o2[i] *= a;
+					}
 				}
 				wg_fence();
-				mma_pv<D, BN>(o2, at, vs);
+				mma_pv<D, BN>(o1, ap, vs);
+				if (PX && !OV) mma_pv<D, BN>(o2, at, vs);
 				wg_commit();
+				if (PX && OV) {
+					wg_wait<1>(); // T
+#pragma unroll
+					for (int i = 0; i < BN / 2; i += 2) {
+						const int r = (i >> 1) & 1, h2 = (i >> 2) & 1;
+						float q0 = s[i] * tt[i], q1 = s[i + 1] * tt[i + 1];
+						e2[r][h2] += q0 + q1;
+						int k2 = i >> 3, q = ((i >> 1) & 1) | (((i >> 2) & 1) << 1);
+						at[k2][q] = pack2(q0, q1);
+					}
+#pragma unroll
+					for (int r = 0; r < 2; r++) d2[r] = fmaf(d2[r], alpha[r], e2[r][0] + e2[r][1]);
+					wg_fence();
+					mma_pv<D, BN>(o2, at, vs);
+					wg_commit();
+				}
 			}
 			wg_wait<0>();
 		}
@@ -511,7 +541,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 	unsigned char *gbase = smem + (base - smem_addr(smem));
 	// [K][V][NS x (Q, dO, R)][NS x 4 x BQ stats][2 warpgroups x (dS, dT[, Pe])]
 	const u32 aK = base, aV = aK + KB, aQ0 = aV + KB;
-	float *st = (float *)(gbase + 2 * KB + NS * NQ * QB); // per row: lse log2e, Bv - T, Bv, 1 + tbar
+	float *st = (float *)(gbase + 2 * KB + NS * NQ * QB); // per row: lse log2e, Bv, -scale (Bv - T), -scale (1 + tbar)
 	const u32 aDS = base + 2 * KB + NS * NQ * QB + NS * 4 * BQ * 4;
 	const int tid = threadIdx.x, wg = warpgroup(), warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, tq = lane & 3;
 	const int j0 = blockIdx.x * BK, hk = blockIdx.y, b = blockIdx.z, G = Hq / Hkv;
@@ -555,7 +585,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 			bool ok = i < Lq;
 			float l = ok ? LSE[so + i] : NEG_INF, bv = ok && PX ? BV[so + i] : 0.0f;
 			sb[c] = make_float4(l == NEG_INF ? __int_as_float(0x7f800000) : l * LOG2E, // no key: p = 0
-			                    bv - (ok ? T[so + i] : 0.0f), bv, 1.0f + (ok && PX ? TB[so + i] : 0.0f));
+			                    bv, -scale * (bv - (ok ? T[so + i] : 0.0f)), -scale * (1.0f + (ok && PX ? TB[so + i] : 0.0f)));
 		}
 	};
 	if (TMA) {
@@ -568,7 +598,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 		cp_async_commit();
 	}
 
-	const float sl2 = scale * LOG2E, ninv = -1.0f / scale;
+	const float sl2 = scale * LOG2E;
 	float ak[D / 2], av[D / 2];
 #pragma unroll
 	for (int i = 0; i < D / 2; i++) ak[i] = av[i] = 0;
@@ -605,33 +635,58 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 		if (live) { // uniform per warpgroup
 			float s[BQ / 2], aa[BQ / 2], tt[PX ? BQ / 2 : 1];
 			u32 as[BQ / 16][4], ap[BQ / 16][4], at[PX ? BQ / 16 : 1][4]; // dS, Pe, dT as A fragments
-			if (OV) {
-				// S, A and T as three groups, as in the dq kernel: p overlaps A
-				// and T, dT and dK += dT^T R overlap T.
-				issue_sat<BQ, D, PX, true>(s, aa, tt, BK, wK, qs, wV, gs, wK, rs, pass_turn);
-				// interior tiles (every pair visible) skip the mask
-				bool edge = r0 + BQ > Lq || wj0 + 64 > Lk;
-				if (causal) edge = edge || wj0 + 63 > r0 + off || (window > 0 && wj0 <= r0 + BQ - 1 + off - window);
-				// Element i of the accumulators: key row jr0 + 8 ((i >> 1) & 1),
-				// query column c = 8 (i >> 2) + 2 tq + (i & 1).
-	#pragma unroll
+			// Element i of the accumulators: key row jr0 + 8 ((i >> 1) & 1),
+			// query column c = 8 (i >> 2) + 2 tq + (i & 1). With the row
+			// statistics as packed (bwd_pre_bf16) and u = -scale (1 + tbar - t),
+			// the operands are -dS (with its scale), -dT and -scale Pe
+			// (Parallax; softmax: Pe = p), three instructions for the three:
+			//   dS' = p (u (a - Bv) - scale (Bv - T)), dT' = p (a - Bv), Pe' = p u.
+			// SF: an A fragment goes to its [key][query] tile as it is formed,
+			// swizzled: row warp 16 + g + 8 r, 16-byte chunk n ^ g of 8-column
+			// tile n = 2 k2 + (q >> 1), r = q & 1. (sro, sxo opaque: else the
+			// offsets of every (k2, q) are hoisted into registers.)
+			int sro = (warp * 16 + g) * 128 + tq * 4, sxo = g << 4;
+			if (SF) asm volatile("" : "+r"(sro), "+r"(sxo));
+			auto put = [&](unsigned char *tile, int k2, int q, u32 v) {
+				*(u32 *)(tile + sro + (q & 1) * 8 * 128 + (((2 * k2 + (q >> 1)) << 4) ^ sxo)) = v;
+			};
+			issue_sat<BQ, D, PX, OV>(s, aa, tt, BK, wK, qs, wV, gs, wK, rs, pass_turn);
+			// the mask as a branch of its own, taken by edge tiles only
+			bool edge = r0 + BQ > Lq || wj0 + 64 > Lk;
+			if (causal) edge = edge || wj0 + 63 > r0 + off || (window > 0 && wj0 <= r0 + BQ - 1 + off - window);
+			if (OV && edge) {
+#pragma unroll
 				for (int i = 0; i < BQ / 2; i++) {
 					const int c = (i >> 2) * 8 + tq * 2 + (i & 1), qi = r0 + c, j = jr0 + 8 * ((i >> 1) & 1);
-					float p = ex2(s[i] * sl2 - sb[c].x);
-					if (edge) {
-						bool ok = qi < Lq && j < Lk;
-						if (causal) ok = ok && j <= qi + off && (window <= 0 || j > qi + off - window);
-						if (!ok) p = 0.0f;
-					}
-					s[i] = p;
+					bool ok = qi < Lq && j < Lk;
+					if (causal) ok = ok && j <= qi + off && (window <= 0 || j > qi + off - window);
+					if (!ok) s[i] = NEG_INF;
 				}
-				// A fragments: k-step i/8, regs {row g, row g+8} x {cols 0-7, 8-15}
+			}
+			// the three operands of element i (column c) from p, a, t
+			auto ops = [&](int i, int c, float p, float &ds, float &pe) {
+				const float2 zw = *(const float2 *)&sb[c].z; // -scale (Bv - T), -scale (1 + tbar)
+				if (PX) {
+					const float u = fmaf(tt[i], scale, zw.y);
+					ds = p * fmaf(u, aa[i], zw.x); // aa: a - Bv by now
+					pe = p * u;
+				} else {
+					ds = p * fmaf(aa[i], -scale, zw.x);
+					pe = p;
+				}
+			};
+			if (OV) {
+				// p as S lands, dT' and its product as A does, dS' and Pe' as T does
+#pragma unroll
+				for (int i = 0; i < BQ / 2; i++) s[i] = ex2(fmaf(s[i], sl2, -sb[(i >> 2) * 8 + tq * 2 + (i & 1)].x));
 				if (PX) {
 					wg_wait<1>(); // A
-	#pragma unroll
+#pragma unroll
 					for (int i = 0; i < BQ / 2; i += 2) {
 						const int c = (i >> 2) * 8 + tq * 2, k2 = i >> 3, q = ((i >> 1) & 1) | (((i >> 2) & 1) << 1);
-						at[k2][q] = pack2(-s[i] * (aa[i] - sb[c].z), -s[i + 1] * (aa[i + 1] - sb[c + 1].z));
+						aa[i] -= sb[c].y;
+						aa[i + 1] -= sb[c + 1].y;
+						at[k2][q] = pack2(s[i] * aa[i], s[i + 1] * aa[i + 1]);
 					}
 					wg_fence();
 					mma_pv<D, BQ>(ak, at, rs);
@@ -640,110 +695,79 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 				} else {
 					wg_wait<0>();
 				}
-	#pragma unroll
+#pragma unroll
 				for (int i = 0; i < BQ / 2; i += 2) {
 					const int c = (i >> 2) * 8 + tq * 2, k2 = i >> 3, q = ((i >> 1) & 1) | (((i >> 2) & 1) << 1);
 					float ds[2], pe[2];
-	#pragma unroll
-					for (int e = 0; e < 2; e++) {
-						const float4 st4 = sb[c + e];
-						float p = s[i + e], a = aa[i + e];
-						if (PX) { // a - T + (tbar - t)(a - Bv) = (Bv - T) + (1 + tbar - t)(a - Bv)
-							float u = st4.w - tt[i + e];
-							ds[e] = scale * p * fmaf(u, a - st4.z, st4.y);
-							pe[e] = p * u;
-						} else { // softmax: Bv = 0
-							ds[e] = scale * p * (a + st4.y);
-							pe[e] = p;
-						}
-					}
+					ops(i, c, s[i], ds[0], pe[0]);
+					ops(i + 1, c + 1, s[i + 1], ds[1], pe[1]);
 					as[k2][q] = pack2(ds[0], ds[1]);
 					ap[k2][q] = pack2(pe[0], pe[1]);
 				}
-				wg_fence();
-				mma_pv<D, BQ>(av, ap, gs);
-				mma_pv<D, BQ>(ak, as, qs);
-				wg_commit();
 			} else {
-				// opaque: otherwise the store offsets of every (n, r) are
-				// hoisted out of the loop into registers
-				int sro = (warp * 16 + g) * 128 + tq * 4, sxo = g << 4;
-				if (SF) asm volatile("" : "+r"(sro), "+r"(sxo));
-				issue_sat<BQ, D, PX, false>(s, aa, tt, BK, wK, qs, wV, gs, wK, rs, pass_turn);
-				// interior tiles (every pair visible) skip the mask
-				bool edge = r0 + BQ > Lq || wj0 + 64 > Lk;
-				if (causal) edge = edge || wj0 + 63 > r0 + off || (window > 0 && wj0 <= r0 + BQ - 1 + off - window);
-				// Column pairs c, c + 1 of n-tile n: one statistics load serves
-				// the thread's two rows.
-	#pragma unroll
+				// all three landed: one pass over 8-column tiles n, whose two
+				// columns' statistics serve the thread's two rows; SF stores
+				// each operand as it is formed
+#pragma unroll
 				for (int n = 0; n < BQ / 8; n++) {
 					float ds[2][2], dt[2][2], pe[2][2]; // [row half][column]
-	#pragma unroll
+#pragma unroll
 					for (int e = 0; e < 2; e++) {
-						const int c = n * 8 + tq * 2 + e, qi = r0 + c;
-						const float4 st4 = sb[c];
-	#pragma unroll
+						const int c = n * 8 + tq * 2 + e;
+						const float2 xy = *(const float2 *)&sb[c].x; // lse log2e, Bv
+#pragma unroll
 						for (int r = 0; r < 2; r++) {
-							const int i = n * 4 + 2 * r + e, j = jr0 + 8 * r;
-							float p = ex2(s[i] * sl2 - st4.x);
-							if (edge) {
+							const int i = n * 4 + 2 * r + e, j = jr0 + 8 * r, qi = r0 + c;
+							float p = ex2(fmaf(s[i], sl2, -xy.x));
+							if (edge) { // (inline here: a branch of its own costs this kernel registers)
 								bool ok = qi < Lq && j < Lk;
 								if (causal) ok = ok && j <= qi + off && (window <= 0 || j > qi + off - window);
 								if (!ok) p = 0.0f;
 							}
-							float a = aa[i];
-							if (PX) { // as in the OV path; SF: dS / scale and dT / scale
-								float ab = a - st4.z, u = st4.w - tt[i];
-								ds[r][e] = (SF ? 1.0f : scale) * p * fmaf(u, ab, st4.y);
-								dt[r][e] = p * ab * (SF ? ninv : -1.0f);
-								pe[r][e] = p * u;
-							} else {
-								ds[r][e] = scale * p * (a + st4.y);
-								pe[r][e] = p;
+							if (PX) {
+								aa[i] -= xy.y;
+								dt[r][e] = p * aa[i];
 							}
+							ops(i, c, p, ds[r][e], pe[r][e]);
 						}
 					}
-	#pragma unroll
+#pragma unroll
 					for (int r = 0; r < 2; r++) {
-						if (SF) { // [key][query] tiles, swizzled: row warp 16 + g + 8 r, 16-byte chunk n ^ g
-							const int o = sro + r * 8 * 128 + ((n << 4) ^ sxo);
-							*(u32 *)(gDS + o) = pack2(ds[r][0], ds[r][1]);
-							*(u32 *)(gPE + o) = pack2(pe[r][0], pe[r][1]);
-							if (PX) *(u32 *)(gDT + o) = pack2(dt[r][0], dt[r][1]);
-						} else { // A fragment of k-step n/2: regs {row g, row g+8} x {cols 0-7, 8-15}
-							int k2 = n >> 1, q = r | ((n & 1) << 1);
-							as[k2][q] = pack2(ds[r][0], ds[r][1]);
-							ap[k2][q] = pack2(pe[r][0], pe[r][1]);
-							if (PX) at[k2][q] = pack2(dt[r][0], dt[r][1]);
+						const int k2 = n >> 1, q = r | ((n & 1) << 1);
+						as[k2][q] = pack2(ds[r][0], ds[r][1]);
+						ap[k2][q] = pack2(pe[r][0], pe[r][1]);
+						if (PX) at[k2][q] = pack2(dt[r][0], dt[r][1]);
+						if (SF) {
+							put(gDS, k2, q, as[k2][q]);
+							put(gPE, k2, q, ap[k2][q]);
+							if (PX) put(gDT, k2, q, at[k2][q]);
 						}
 					}
 				}
-				if (SF) {
-					async_fence(); // the whole warpgroup's tiles, before its wgmma reads them
-					asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory");
-					wg_fence();
-					mma_pv_ss<D, BQ>(av, wPE, gs);
-					mma_pv_ss<D, BQ>(ak, wDS, qs);
-					if (PX) mma_pv_ss<D, BQ>(ak, wDT, rs);
-				} else {
-					wg_fence();
-					mma_pv<D, BQ>(av, ap, gs);
-					mma_pv<D, BQ>(ak, as, qs);
-					if (PX) mma_pv<D, BQ>(ak, at, rs);
-				}
-				wg_commit();
 			}
+			if (SF) {
+				async_fence(); // the whole warpgroup's tiles, before its wgmma reads them
+				asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory");
+				wg_fence();
+				mma_pv_ss<D, BQ>(av, wPE, gs);
+				mma_pv_ss<D, BQ>(ak, wDS, qs);
+				if (PX) mma_pv_ss<D, BQ>(ak, wDT, rs);
+			} else {
+				wg_fence();
+				mma_pv<D, BQ>(av, ap, gs);
+				mma_pv<D, BQ>(ak, as, qs);
+				if (PX && !OV) mma_pv<D, BQ>(ak, at, rs);
+			}
+			wg_commit();
 			if (DQ && !SF) {
-				// scale dS and dT as [key][query] tiles: the MN-major A
-				// operand of dQ = dS K.
+				// -dS and -dT as [key][query] tiles: the MN-major A operand of
+				// dQ = dS K.
 #pragma unroll
 				for (int k2 = 0; k2 < BQ / 16; k2++)
 #pragma unroll
 					for (int q = 0; q < 4; q++) {
-						int row = warp * 16 + g + 8 * (q & 1), col = k2 * 16 + 8 * (q >> 1) + 2 * tq;
-						int o = row * 128 + ((((col >> 3) ^ (row & 7))) << 4) + (col & 7) * 2;
-						*(u32 *)(gDS + o) = as[k2][q];
-						if (PX) *(u32 *)(gDT + o) = at[k2][q];
+						put(gDS, k2, q, as[k2][q]);
+						if (PX) put(gDT, k2, q, at[k2][q]);
 					}
 			}
 			wg_wait<0>();
@@ -771,8 +795,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 #pragma unroll
 					for (int i = 0; i < D / 2; i += 2) {
 						int qi = r0 + warp * 16 + g + 8 * ((i >> 1) & 1), c = (i >> 2) * 8 + tq * 2;
-						const float f = SF ? scale : 1.0f; // SF keeps dS / scale and dT / scale
-						if (qi < Lq) red_add2(dst + (i64)qi * D + c, f * dq[i], f * dq[i + 1]);
+						if (qi < Lq) red_add2(dst + (i64)qi * D + c, -dq[i], -dq[i + 1]); // of -dS, -dT
 					}
 				}
 			}
@@ -791,9 +814,10 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 #pragma unroll
 		for (int n = 0; n < D / 8; n++) {
 			int c = n * 8 + tq * 2;
-			const float f = SF ? scale : 1.0f;
-			*(u32 *)(DK + ko + (i64)j * D + c) = pack2(f * ak[n * 4 + 2 * r], f * ak[n * 4 + 2 * r + 1]);
-			*(u32 *)(DV + ko + (i64)j * D + c) = pack2(av[n * 4 + 2 * r], av[n * 4 + 2 * r + 1]);
+			// ak is -dK; av is -scale dV (Parallax) or dV
+			const float f = PX ? -1.0f / scale : 1.0f;
+			*(u32 *)(DK + ko + (i64)j * D + c) = pack2(-ak[n * 4 + 2 * r], -ak[n * 4 + 2 * r + 1]);
+			*(u32 *)(DV + ko + (i64)j * D + c) = pack2(f * av[n * 4 + 2 * r], f * av[n * 4 + 2 * r + 1]);
 		}
 	}
 }
@@ -928,82 +952,56 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 		if (live) { // uniform per warpgroup
 			const u32 ks = aK + (t % NS) * KB, vs = aV + (t % NS) * KB;
 			float s[BN / 2], aa[BN / 2], tt[PX ? BN / 2 : 1];
-			if (OV) {
-				// S, A and T as three groups: p = exp(S - lse) overlaps A and
-				// T, dT (which needs no T) and its product overlap T.
-				issue_sat<BN, D, PX, true>(s, aa, tt, BM, wQ, ks, wG, vs, wR, ks, pass_turn);
-				const bool edge = j0 + BN > firstHi || j0 < lastLo;
-	#pragma unroll
+			// dQ and dR accumulate sum p f k and sum p (a - Bv) k, with
+			// f = (Bv - T) + (1 + tbar - t)(a - Bv): dS / scale and -dT, so
+			// the scale and the sign are applied once, at the store.
+			// S, A and T as three groups (OV): p = exp(S - lse) overlaps A
+			// and T, dT (which needs no T) and its product overlap T.
+			issue_sat<BN, D, PX, OV>(s, aa, tt, BM, wQ, ks, wG, vs, wR, ks, pass_turn);
+			// the mask as a branch of its own, taken by edge tiles only
+			if (j0 + BN > firstHi || j0 < lastLo) {
+#pragma unroll
 				for (int i = 0; i < BN / 2; i++) {
 					const int r = (i >> 1) & 1, j = j0 + (i >> 2) * 8 + tq * 2 + (i & 1);
-					float p = ex2(s[i] * sl2 - lse[r]);
-					if (edge && (j >= hiR[r] || j < loR[r])) p = 0.0f;
-					s[i] = p;
+					if (j >= hiR[r] || j < loR[r]) s[i] = NEG_INF;
 				}
-				u32 as[BN / 16][4], at[PX ? BN / 16 : 1][4];
-				if (PX) {
-					wg_wait<1>(); // A
-	#pragma unroll
-					for (int i = 0; i < BN / 2; i += 2) {
-						const int r = (i >> 1) & 1, k2 = i >> 3, q = r | (((i >> 2) & 1) << 1);
-						at[k2][q] = pack2(-s[i] * (aa[i] - bv[r]), -s[i + 1] * (aa[i + 1] - bv[r]));
-					}
+			}
+#pragma unroll
+			for (int i = 0; i < BN / 2; i++) s[i] = ex2(fmaf(s[i], sl2, -lse[(i >> 1) & 1]));
+			// A fragments: k-step i/8, regs {row g, row g+8} x {cols 0-7, 8-15}
+			u32 as[BN / 16][4], at[PX ? BN / 16 : 1][4];
+			if (PX) {
+				if (OV) wg_wait<1>(); // A
+#pragma unroll
+				for (int i = 0; i < BN / 2; i += 2) {
+					const int r = (i >> 1) & 1, k2 = i >> 3, q = r | (((i >> 2) & 1) << 1);
+					aa[i] -= bv[r];
+					aa[i + 1] -= bv[r];
+					at[k2][q] = pack2(s[i] * aa[i], s[i + 1] * aa[i + 1]);
+				}
+				if (OV) {
 					wg_fence();
 					mma_pv<D, BN>(dr, at, ks);
 					wg_commit();
 					wg_wait<1>(); // T
-				} else {
-					wg_wait<0>();
 				}
-	#pragma unroll
-				for (int i = 0; i < BN / 2; i += 2) {
-					const int r = (i >> 1) & 1, k2 = i >> 3, q = r | (((i >> 2) & 1) << 1);
-					float ds[2];
-	#pragma unroll
-					for (int e = 0; e < 2; e++) {
-						float a = aa[i + e];
-						// a - T + (tbar - t)(a - Bv) = (Bv - T) + (1 + tbar - t)(a - Bv)
-						ds[e] = PX ? scale * s[i + e] * fmaf(tbr[r] - tt[i + e], a - bv[r], tr[r])
-						           : scale * s[i + e] * (a + tr[r]);
-					}
-					as[k2][q] = pack2(ds[0], ds[1]);
-				}
-				wg_fence();
-				mma_pv<D, BN>(dq, as, ks);
-				wg_commit();
-				wg_wait<0>();
-			} else {
-				issue_sat<BN, D, PX, false>(s, aa, tt, BM, wQ, ks, wG, vs, wR, ks, pass_turn);
-				const bool edge = j0 + BN > firstHi || j0 < lastLo;
-				u32 as[BN / 16][4], at[PX ? BN / 16 : 1][4];
-	#pragma unroll
-				for (int i = 0; i < BN / 2; i += 2) {
-					const int r = (i >> 1) & 1;
-					float ds[2], dt[2];
-	#pragma unroll
-					for (int e = 0; e < 2; e++) {
-						int j = j0 + (i >> 2) * 8 + tq * 2 + e;
-						float p = ex2(s[i + e] * sl2 - lse[r]);
-						if (edge && (j >= hiR[r] || j < loR[r])) p = 0.0f;
-						float a = aa[i + e];
-						if (PX) {
-							float ab = a - bv[r];
-							ds[e] = scale * p * fmaf(tbr[r] - tt[i + e], ab, tr[r]);
-							dt[e] = -p * ab;
-						} else {
-							ds[e] = scale * p * (a + tr[r]);
-						}
-					}
-					int k2 = i >> 3, q = r | (((i >> 2) & 1) << 1);
-					as[k2][q] = pack2(ds[0], ds[1]);
-					if (PX) at[k2][q] = pack2(dt[0], dt[1]);
-				}
-				wg_fence();
-				mma_pv<D, BN>(dq, as, ks);
-				if (PX) mma_pv<D, BN>(dr, at, ks);
-				wg_commit();
+			} else if (OV) {
 				wg_wait<0>();
 			}
+#pragma unroll
+			for (int i = 0; i < BN / 2; i += 2) {
+				const int r = (i >> 1) & 1, k2 = i >> 3, q = r | (((i >> 2) & 1) << 1);
+				float ds[2];
+#pragma unroll
+				for (int e = 0; e < 2; e++)
+					ds[e] = PX ? s[i + e] * fmaf(tbr[r] - tt[i + e], aa[i + e], tr[r]) : s[i + e] * (aa[i + e] + tr[r]);
+				as[k2][q] = pack2(ds[0], ds[1]);
+			}
+			wg_fence();
+			mma_pv<D, BN>(dq, as, ks);
+			if (PX && !OV) mma_pv<D, BN>(dr, at, ks);
+			wg_commit();
+			wg_wait<0>();
 		}
 		if (TMA) {
 			pipe_release<NS>(aBar, t, ntiles, tma_kv);
@@ -1019,8 +1017,8 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 #pragma unroll
 		for (int n = 0; n < D / 8; n++) {
 			int c = n * 8 + tq * 2;
-			*(u32 *)(DQ + qo + (i64)i * D + c) = pack2(dq[n * 4 + 2 * r], dq[n * 4 + 2 * r + 1]);
-			if (PX) *(u32 *)(DR + qo + (i64)i * D + c) = pack2(dr[n * 4 + 2 * r], dr[n * 4 + 2 * r + 1]);
+			*(u32 *)(DQ + qo + (i64)i * D + c) = pack2(scale * dq[n * 4 + 2 * r], scale * dq[n * 4 + 2 * r + 1]);
+			if (PX) *(u32 *)(DR + qo + (i64)i * D + c) = pack2(-dr[n * 4 + 2 * r], -dr[n * 4 + 2 * r + 1]);
 		}
 	}
 }

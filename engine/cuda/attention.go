@@ -272,12 +272,17 @@ func (d *Device) Attention(a engine.AttentionArgs) error {
 		if px {
 			nq = 2
 		}
-		// 64-key tiles: since the kernels' leaner elementwise step they
-		// measured faster than 128 at D = 64 and 128, softmax and Parallax
-		// (H200); PARALLAX_CUDA_FWD_BN=128 takes 128 (Parallax at D = 128
-		// has no registers for them).
+		// 128-key tiles measured faster for softmax at D = 128 and Parallax
+		// at D = 64 (H200); Parallax at D = 128 has no registers for them.
 		name, bn := fmt.Sprintf("attn_fwd_wgmma_d%d_%s", dims.D, kind(px)), wfwdBN
-		if os.Getenv("PARALLAX_CUDA_FWD_BN") == "128" && (!px || dims.D == 64) {
+		wide := px == (dims.D == 64)
+		switch os.Getenv("PARALLAX_CUDA_FWD_BN") {
+		case "64":
+			wide = false
+		case "128":
+			wide = !px || dims.D == 64
+		}
+		if wide {
 			name, bn = fmt.Sprintf("attn_fwd_wgmma_d%d_bn128_%s", dims.D, kind(px)), 128
 		}
 		smem := wrowSmem(dims.D, nq, bn)

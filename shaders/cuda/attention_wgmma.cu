@@ -123,69 +123,38 @@ __device__ __forceinline__ void turn_pass(int wg, bool last) {
 	if (!(wg == 1 && last)) asm volatile("bar.arrive %0, 256;" ::"r"(4 - wg) : "memory");
 }
 
-// mbar_test reports, without waiting, whether the phase of the given
-// parity of mbarrier bar has completed.
-__device__ __forceinline__ bool mbar_test(u32 bar, int parity) {
-	u32 r;
-	asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
-	             : "=r"(r)
-	             : "r"(bar), "r"(parity)
-	             : "memory");
-	return r != 0;
+// The TMA pipelines' NS stages: mbarriers full[i] at bar + 8 i (one
+// arrival: the loader's expect_tx) and empty[i] at bar + 8 (NS + i) (all
+// 256 threads), initialised by thread 0 before the block's first barrier.
+template <int NS> __device__ __forceinline__ void pipe_init(u32 bar) {
+	if (threadIdx.x != 0) return;
+	for (int i = 0; i < NS; i++) {
+		mbar_init(bar + 8 * i, 1);
+		mbar_init(bar + 8 * (NS + i), 256);
+	}
+	asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
-
-// Pipe is a TMA pipeline of NS stages: mbarriers full[i] at bar + 8 i
-// (one arrival: the loader's expect_tx) and empty[i] at bar + 8 (NS + i)
-// (all 256 threads), initialised by thread 0 before the block's first
-// barrier. One thread (128, of the warpgroup that issues second) loads,
-// with load(t) for tile t; nl is the next tile it loads.
-//
-// The loader never waits for a stage while it has a tile to work on: a
-// free stage is refilled as soon as it is seen free (release), and only a
-// tile not yet loaded when its turn comes is waited for (acquire). Waiting
-// for the other warpgroup to release every tile would tie the warpgroups
-// to each other's pace, tile by tile.
-template <int NS> struct Pipe {
-	u32 bar;
-	int ntiles, nl;
-	__device__ __forceinline__ u32 full(int t) const { return bar + 8 * (t % NS); }
-	__device__ __forceinline__ u32 empty(int t) const { return bar + 8 * (NS + t % NS); }
-	__device__ __forceinline__ void init() const {
-		if (threadIdx.x != 0) return;
-		for (int i = 0; i < NS; i++) {
-			mbar_init(bar + 8 * i, 1);
-			mbar_init(bar + 8 * (NS + i), 256);
-		}
-		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+// pipe_start, after every thread's cp.async data is visible, makes the
+// barriers' initialisation visible, has the loader issue the first NS
+// tiles with load(t) and gives warpgroup 0 the first turn.
+template <int NS, typename F> __device__ __forceinline__ void pipe_start(int ntiles, int wg, F load) {
+	__syncthreads();
+	if (threadIdx.x == 128)
+		for (int i = 0; i < NS && i < ntiles; i++) load(i);
+	if (wg == 1) turn_pass(wg, false);
+}
+// pipe_release marks tile t's stage free (every thread, once done with
+// it); the loader (thread 128, of the warpgroup that issues second) waits
+// until all are and loads tile t + NS into it with load(t + NS).
+template <int NS, typename F>
+__device__ __forceinline__ void pipe_release(u32 bar, int t, int ntiles, F load) {
+	const u32 empty = bar + 8 * (NS + t % NS);
+	mbar_arrive(empty);
+	if (threadIdx.x == 128 && t + NS < ntiles) {
+		mbar_wait(empty, (t / NS) & 1);
+		load(t + NS);
 	}
-	// start, after every thread's cp.async data is visible, makes the
-	// barriers' initialisation visible, has the loader issue the first NS
-	// tiles and gives warpgroup 0 the first turn.
-	template <typename F> __device__ __forceinline__ void start(int wg, F load) {
-		__syncthreads();
-		nl = min(NS, ntiles);
-		if (threadIdx.x == 128)
-			for (int i = 0; i < nl; i++) load(i);
-		if (wg == 1) turn_pass(wg, false);
-	}
-	// acquire waits for tile t's data (the loader first issues it, and the
-	// ones before it, if it has not yet).
-	template <typename F> __device__ __forceinline__ void acquire(int t, F load) {
-		if (threadIdx.x == 128)
-			for (; nl <= t; nl++) {
-				mbar_wait(empty(nl), (nl / NS - 1) & 1); // tile nl - NS released
-				load(nl);
-			}
-		mbar_wait(full(t), (t / NS) & 1);
-	}
-	// release marks tile t's stage free (every thread, once done with it);
-	// the loader refills the stages it finds free.
-	template <typename F> __device__ __forceinline__ void release(int t, F load) {
-		mbar_arrive(empty(t));
-		if (threadIdx.x == 128)
-			for (; nl < ntiles && nl <= t + NS && mbar_test(empty(nl), (nl / NS - 1) & 1); nl++) load(nl);
-	}
-};
+}
 
 // load_sw copies rows [r0, r0 + R) of a [n, D] bf16 matrix into a swizzled
 // tile at shared address tile (rows past n are zero-filled), 256 threads.
@@ -367,8 +336,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 				tma_load3(aV + o, mV, bar, p * 64, j0 + rb * 64, bhk);
 			}
 	};
-	Pipe<NS> pipe{aBar, ntiles, 0};
-	if (TMA) pipe.init();
+	if (TMA) pipe_init<NS>(aBar);
 	load_sw<D, BM>(aQ, Q + qo, m0, Lq, tid);
 	if (PX) load_sw<D, BM>(aR, R + qo, m0, Lq, tid);
 	if (!TMA && ntiles > 0) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, 0, t0, Lk, tid);
@@ -376,7 +344,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 	if (TMA) {
 		cp_async_wait<0>();
 		async_fence();
-		pipe.start(wg, tma_kv);
+		pipe_start<NS>(ntiles, wg, tma_kv);
 	}
 
 	float o1[D / 2], o2[PX ? D / 2 : 1];
@@ -401,7 +369,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 
 	for (int t = 0; t < ntiles; t++) {
 		if (TMA) {
-			pipe.acquire(t, tma_kv);
+			mbar_wait(aBar + 8 * (t % NS), (t / NS) & 1);
 			turn_take(wg);
 		} else {
 			if (t + 1 < ntiles) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, t + 1, t0, Lk, tid);
@@ -509,7 +477,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 			wg_wait<0>();
 		}
 		if (TMA) {
-			pipe.release(t, tma_kv);
+			pipe_release<NS>(aBar, t, ntiles, tma_kv);
 		} else if (NS == 2) {
 			__syncthreads(); // with three buffers the next load targets tile t - 2's
 		}
@@ -585,8 +553,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 
 	// TMA: full[NS], empty[NS] after the dS/dT/Pe tiles
 	const u32 aBar = aDS + 2 * (SF ? 3 : DQ ? 2 : 0) * 64 * 128;
-	Pipe<NS> pipe{aBar, ntiles, 0};
-	if (TMA) pipe.init();
+	if (TMA) pipe_init<NS>(aBar);
 	load_sw<D, BK>(aK, K + ko, j0, Lk, tid);
 	load_sw<D, BK>(aV, V + ko, j0, Lk, tid);
 	// With TMA one thread loads a tile: Q, dO (and R) as D/64 swizzled
@@ -625,7 +592,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 		cp_async_commit();
 		cp_async_wait<0>();
 		async_fence();
-		pipe.start(wg, tma_tile);
+		pipe_start<NS>(ntiles, wg, tma_tile);
 	} else {
 		if (ntiles > 0) load_tile(0, 0);
 		cp_async_commit();
@@ -642,7 +609,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 
 	for (int t = 0; t < ntiles; t++) {
 		if (TMA) {
-			pipe.acquire(t, tma_tile);
+			mbar_wait(aBar + 8 * (t % NS), (t / NS) & 1);
 		} else {
 			if (t + 1 < ntiles) load_tile(t + 1, (t + 1) % NS);
 			cp_async_commit();
@@ -834,7 +801,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 			}
 		}
 		if (TMA) {
-			pipe.release(t, tma_tile);
+			pipe_release<NS>(aBar, t, ntiles, tma_tile);
 		} else if (NS == 2) {
 			__syncthreads();
 		}
@@ -932,14 +899,13 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 			tma_load3(aV + buf * KB + p * BN * 128, mV, bar, p * 64, j0, bhk);
 		}
 	};
-	Pipe<NS> pipe{aBar, ntiles, 0};
-	if (TMA) pipe.init();
+	if (TMA) pipe_init<NS>(aBar);
 	else if (ntiles > 0) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, 0, t0, Lk, tid);
 	cp_async_commit();
 	if (TMA) {
 		cp_async_wait<0>();
 		async_fence();
-		pipe.start(wg, tma_kv);
+		pipe_start<NS>(ntiles, wg, tma_kv);
 	}
 
 	const float sl2 = scale * LOG2E;
@@ -968,7 +934,7 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 
 	for (int t = 0; t < ntiles; t++) {
 		if (TMA) {
-			pipe.acquire(t, tma_kv);
+			mbar_wait(aBar + 8 * (t % NS), (t / NS) & 1);
 		} else {
 			if (t + 1 < ntiles) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, t + 1, t0, Lk, tid);
 			cp_async_commit();
@@ -1038,7 +1004,7 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 			wg_wait<0>();
 		}
 		if (TMA) {
-			pipe.release(t, tma_kv);
+			pipe_release<NS>(aBar, t, ntiles, tma_kv);
 		} else if (NS == 2) {
 			__syncthreads();
 		}

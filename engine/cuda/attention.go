@@ -77,7 +77,7 @@ func wbwdSmem(D int, px, dq bool) int {
 	}
 	n := 2*wbwdBK*D*2 + ns*nq*wbwdBQ*D*2 + ns*4*wbwdBQ*4 + 1024 + 64 // 64: the TMA kernel's mbarriers
 	switch {
-	case px && D == 128:
+	case px: // (at D = 64 only if SMEMFRAG is switched on there)
 		n += 2 * 3 * 64 * 64 * 2
 	case dq:
 		n += 2 * 2 * 64 * 64 * 2
@@ -272,17 +272,12 @@ func (d *Device) Attention(a engine.AttentionArgs) error {
 		if px {
 			nq = 2
 		}
-		// 128-key tiles measured faster for softmax at D = 128 and Parallax
-		// at D = 64 (H200); Parallax at D = 128 has no registers for them.
+		// 64-key tiles: since the kernels' leaner elementwise step they
+		// measured faster than 128 at D = 64 and 128, softmax and Parallax
+		// (H200); PARALLAX_CUDA_FWD_BN=128 takes 128 (Parallax at D = 128
+		// has no registers for them).
 		name, bn := fmt.Sprintf("attn_fwd_wgmma_d%d_%s", dims.D, kind(px)), wfwdBN
-		wide := px == (dims.D == 64)
-		switch os.Getenv("PARALLAX_CUDA_FWD_BN") {
-		case "64":
-			wide = false
-		case "128":
-			wide = !px || dims.D == 64
-		}
-		if wide {
+		if os.Getenv("PARALLAX_CUDA_FWD_BN") == "128" && (!px || dims.D == 64) {
 			name, bn = fmt.Sprintf("attn_fwd_wgmma_d%d_bn128_%s", dims.D, kind(px)), 128
 		}
 		smem := wrowSmem(dims.D, nq, bn)

@@ -90,8 +90,13 @@ func readSources() (source, error) {
 }
 
 // compileOptions are the NVRTC options for a target.
+//
+// PARALLAX_CUDA_NVRTC_OPTIONS adds options (space-separated), such as the
+// -D switches of attention_wgmma.cu's tuning macros, for measuring a
+// kernel variant without editing its source; the cache key includes them.
 func compileOptions(arch string) []string {
-	return []string{"--gpu-architecture=" + arch, "-std=c++17", "-default-device"}
+	opts := []string{"--gpu-architecture=" + arch, "-std=c++17", "-default-device"}
+	return append(opts, strings.Fields(os.Getenv("PARALLAX_CUDA_NVRTC_OPTIONS"))...)
 }
 
 // compile builds one module with NVRTC: a CUBIN for an sm_ target, PTX for

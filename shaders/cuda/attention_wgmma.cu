@@ -41,14 +41,22 @@ __device__ __forceinline__ void async_fence() { asm volatile("fence.proxy.async.
 // three wgmma groups, elementwise work started as each lands). It costs
 // registers: the Parallax D = 128 kernels then spill, and measured slower
 // on the H200, so they keep the one-group schedule.
+#ifndef OVERLAP
 #define OVERLAP(D, PX) (!((D) == 128 && (PX)))
+#endif
 
 // SMEMFRAG selects the dk/dv kernel's shared-memory operands: dS, dT and
 // Pe go to shared memory as each is formed, and dV, dK are products of two
 // shared operands. The Parallax D = 128 kernel needs it: with the three
 // as register fragments (48 registers) next to its S, A, T and dK, dV
 // accumulators (224) ptxas serializes every wgmma (C7512) and spills.
+#ifndef SMEMFRAG
 #define SMEMFRAG(D, PX) ((D) == 128 && (PX))
+#endif
+
+// The tuning switches above (OVERLAP, SMEMFRAG) and PINGPONG below can be
+// set from outside (PARALLAX_CUDA_NVRTC_OPTIONS, -D...) to measure a
+// variant; the host reserves shared memory for any of them.
 
 // sw_desc is the wgmma descriptor of a 128-byte-swizzled operand at shared
 // address addr: lbo is the byte distance between 64-column panels (used by
@@ -118,9 +126,14 @@ __device__ __forceinline__ void tma_load3(u32 dst, const TmaMap *map, u32 bar, i
 // to the other, except warpgroup 1 after the last tile (warpgroup 0 takes
 // no further turn). Warpgroup 1 passes once before the loop, so warpgroup
 // 0 goes first.
-__device__ __forceinline__ void turn_take(int wg) { asm volatile("bar.sync %0, 256;" ::"r"(3 + wg) : "memory"); }
+#ifndef PINGPONG
+#define PINGPONG 1
+#endif
+__device__ __forceinline__ void turn_take(int wg) {
+	if (PINGPONG) asm volatile("bar.sync %0, 256;" ::"r"(3 + wg) : "memory");
+}
 __device__ __forceinline__ void turn_pass(int wg, bool last) {
-	if (!(wg == 1 && last)) asm volatile("bar.arrive %0, 256;" ::"r"(4 - wg) : "memory");
+	if (PINGPONG && !(wg == 1 && last)) asm volatile("bar.arrive %0, 256;" ::"r"(4 - wg) : "memory");
 }
 
 // The TMA pipelines' NS stages: mbarriers full[i] at bar + 8 i (one

@@ -33,10 +33,11 @@ const (
 )
 
 // wStages is the number of K/V (or Q/dO/R) tiles attention_wgmma.cu's
-// kernels keep in flight (its STAGES); the fused backward keeps two.
+// kernels may keep in flight (its STAGES, 3 at D = 64 unless set to 4),
+// for their shared memory; the fused backward keeps two.
 func wStages(d int) int {
 	if d == 64 {
-		return 3
+		return 4 // room for STAGES64 up to 4
 	}
 	return 2
 }

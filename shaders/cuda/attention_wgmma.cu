@@ -33,10 +33,16 @@ __device__ __forceinline__ void async_fence() { asm volatile("fence.proxy.async.
 // STAGES is the number of K/V (backward: Q/dO/R) tiles in flight. Three
 // let a block skip the barrier that guards a buffer's reuse; measured on
 // the H200 that wins at D = 64 and loses at D = 128, where two are kept.
-#define STAGES(D) ((D) == 64 ? 3 : 2)
+#ifndef STAGES64
+#define STAGES64 3
+#endif
+#define STAGES(D) ((D) == 64 ? STAGES64 : 2)
 
 // The forward splits its groups (OV) for softmax only: measured on the
 // H200, the split Parallax forward loses at D = 64 and ties at D = 128.
+#ifndef FWD_OV
+#define FWD_OV(PX) (!(PX))
+#endif
 // OVERLAP selects the backward kernels' split schedule (S, A and T as
 // three wgmma groups, elementwise work started as each lands). It costs
 // registers: the Parallax D = 128 kernels then spill, and measured slower
@@ -54,9 +60,10 @@ __device__ __forceinline__ void async_fence() { asm volatile("fence.proxy.async.
 #define SMEMFRAG(D, PX) ((D) == 128 && (PX))
 #endif
 
-// The tuning switches above (OVERLAP, SMEMFRAG) and PINGPONG below can be
-// set from outside (PARALLAX_CUDA_NVRTC_OPTIONS, -D...) to measure a
-// variant; the host reserves shared memory for any of them.
+// The tuning switches above (STAGES64 up to 4, FWD_OV, OVERLAP, SMEMFRAG)
+// and PINGPONG below can be set from outside (PARALLAX_CUDA_NVRTC_OPTIONS,
+// -D...) to measure a variant; the host reserves shared memory for any of
+// them.
 
 // sw_desc is the wgmma descriptor of a 128-byte-swizzled operand at shared
 // address addr: lbo is the byte distance between 64-column panels (used by
@@ -507,12 +514,12 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 	extern "C" __global__ void __launch_bounds__(256, 1) attn_fwd_wgmma_d##D##SUF##_##PXN(                              \
 	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, u16 *O, u16 *Vb, float *LSE, float *TB, int Hq, int Hkv, \
 	    int Lq, int Lk, float scale, int causal, int window) {                                                          \
-		wfwd_impl<D, BN, PX, NS, !(PX), false>(Q, R, K, V, O, Vb, LSE, TB, Hq, Hkv, Lq, Lk, scale, causal, window, 0, 0); \
+		wfwd_impl<D, BN, PX, NS, FWD_OV(PX), false>(Q, R, K, V, O, Vb, LSE, TB, Hq, Hkv, Lq, Lk, scale, causal, window, 0, 0); \
 	}                                                                                                                   \
 	extern "C" __global__ void __launch_bounds__(256, 1) attn_fwd_tma_d##D##SUF##_##PXN(                                \
 	    const u16 *Q, const u16 *R, u16 *O, u16 *Vb, float *LSE, float *TB, int Hq, int Hkv, int Lq, int Lk,            \
 	    float scale, int causal, int window, const __grid_constant__ TmaMap mK, const __grid_constant__ TmaMap mV) {    \
-		wfwd_impl<D, BN, PX, NS, !(PX), true>(Q, R, 0, 0, O, Vb, LSE, TB, Hq, Hkv, Lq, Lk, scale, causal, window, &mK, &mV); \
+		wfwd_impl<D, BN, PX, NS, FWD_OV(PX), true>(Q, R, 0, 0, O, Vb, LSE, TB, Hq, Hkv, Lq, Lk, scale, causal, window, &mK, &mV); \
 	}
 WFWD(64, 64, px, true, , STAGES(64))
 WFWD(64, 64, sm, false, , STAGES(64))

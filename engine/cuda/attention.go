@@ -285,7 +285,9 @@ func (d *Device) Attention(a engine.AttentionArgs) error {
 		// TMA K/V loads and ping-pong warpgroups unless
 		// PARALLAX_CUDA_FWD=cp.async (or no tensor maps).
 		if os.Getenv("PARALLAX_CUDA_FWD") != "cp.async" && hasTensorMaps() {
-			return d.attnFwdTMA(a, dims, strings.Replace(name, "_wgmma_", "_tma_", 1), smem)
+			// and a panel of ones (bn x 128 bytes) after each stage's V: the
+			// kernel's row sums (RSUM)
+			return d.attnFwdTMA(a, dims, strings.Replace(name, "_wgmma_", "_tma_", 1), smem+wStages(dims.D)*bn*128)
 		}
 		return d.launch(wgmmaMod, name,
 			[3]int{(dims.Lq + wfwdBM - 1) / wfwdBM, dims.Hq, dims.B}, [3]int{256, 1, 1}, smem,

@@ -30,11 +30,12 @@ __device__ __forceinline__ void async_fence() { asm volatile("fence.proxy.async.
 // below 2^SLACK, well within bf16 and f32.
 #define SLACK 8.0f
 
-// STAGES is the number of K/V (backward: Q/dO/R) tiles in flight. Three
-// let a block skip the barrier that guards a buffer's reuse; measured on
-// the H200 that wins at D = 64 and loses at D = 128, where two are kept.
+// STAGES is the number of K/V (backward: Q/dO/R) tiles in flight. More
+// than two let the cp.async kernels skip the barrier that guards a
+// buffer's reuse; measured on the H200 that wins at D = 64 (four over
+// three by 2% with TMA) and loses at D = 128, where two are kept.
 #ifndef STAGES64
-#define STAGES64 3
+#define STAGES64 4
 #endif
 #define STAGES(D) ((D) == 64 ? STAGES64 : 2)
 
@@ -42,6 +43,13 @@ __device__ __forceinline__ void async_fence() { asm volatile("fence.proxy.async.
 // H200, the split Parallax forward loses at D = 64 and ties at D = 128.
 #ifndef FWD_OV
 #define FWD_OV(PX) (!(PX))
+#endif
+
+// RSUM selects the TMA forwards whose P V products also give the row sums
+// d1 and d2 (8 more columns, against ones), in place of two adds an
+// element: all but Parallax at D = 128, which has no registers for them.
+#ifndef RSUM
+#define RSUM(D, PX) ((D) == 64 || !(PX))
 #endif
 // OVERLAP selects the backward kernels' split schedule (S, A and T as
 // three wgmma groups, elementwise work started as each lands). It costs
@@ -60,7 +68,7 @@ __device__ __forceinline__ void async_fence() { asm volatile("fence.proxy.async.
 #define SMEMFRAG(D, PX) ((D) == 128 && (PX))
 #endif
 
-// The tuning switches above (STAGES64 up to 4, FWD_OV, OVERLAP, SMEMFRAG)
+// The tuning switches above (STAGES64 up to 4, FWD_OV, RSUM, OVERLAP, SMEMFRAG)
 // and PINGPONG below can be set from outside (PARALLAX_CUDA_NVRTC_OPTIONS,
 // -D...) to measure a variant; the host reserves shared memory for any of
 // them.
@@ -240,15 +248,19 @@ __device__ __forceinline__ void mma_qk(float *s, u32 a, int arows, u32 b) {
 	}
 }
 
-// O (64 x D) += P V over the BN keys of a V tile (MN-major B), P in
-// registers as the A fragments of BN/16 k-steps.
-template <int D, int BN>
+// O (64 x N) += P V over the BN keys of a V tile (MN-major B, 64-column
+// panels BN * 128 bytes apart), P in registers as the A fragments of BN/16
+// k-steps. N is D, or D + 8 for the forward's row sums (a ninth panel of
+// ones after V's).
+template <int N, int BN>
 __device__ __forceinline__ void mma_pv(float *o, const u32 (*p)[4], u32 v) {
 	const u64 dv0 = sw_desc(v, BN * 128);
 #pragma unroll
 	for (int k2 = 0; k2 < BN / 16; k2++) {
 		u64 dv = desc_add(dv0, k2 * 16 * 128);
-		if (D == 128) wgmma_rs_n128_t1(o, p[k2], dv, 1);
+		if (N == 136) wgmma_rs_n136_t1(o, p[k2], dv, 1);
+		else if (N == 128) wgmma_rs_n128_t1(o, p[k2], dv, 1);
+		else if (N == 72) wgmma_rs_n72_t1(o, p[k2], dv, 1);
 		else wgmma_rs_n64_t1(o, p[k2], dv, 1);
 	}
 }
@@ -315,17 +327,19 @@ template <int N> __device__ __forceinline__ float row_max(const float *s, int r)
 // statistics as attention_mma.cu), and issues O1 += P1 V and O2 += P2 V
 // with P1, P2 = P1 * T rounded to bf16 as register A operands.
 //
-// With TMA the K/V tiles come through tensor maps into mbarrier stages
-// and the warpgroups take turns issuing S and T (ping-pong, as the TMA
-// backward), so one's softmax runs while the other's products occupy the
-// tensor cores; without it all 256 threads load with cp.async and meet at
-// a block barrier each tile.
+// With TMA the K/V tiles come through tensor maps into mbarrier stages,
+// one thread loading, and the warpgroups run free of each other (or, with
+// PINGPONG, take turns issuing S and T); without it all 256 threads load
+// with cp.async and meet at a block barrier each tile.
 // ---------------------------------------------------------------------
 template <int D, int BN, bool PX, int NS, bool OV, bool TMA>
 __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 *K, const u16 *V, u16 *O, u16 *Vb,
                                           float *LSE, float *TB, int Hq, int Hkv, int Lq, int Lk, float scale,
                                           int causal, int window, const TmaMap *mK, const TmaMap *mV) {
-	constexpr int BM = 128, QB = BM * D * 2, KB = BN * D * 2;
+	// RS (TMA kernels, RSUM): the row sums d1, d2 come out of the P V
+	// products, as NO = D + 8 columns against V and a panel of ones.
+	constexpr bool RS = TMA && RSUM(D, PX);
+	constexpr int BM = 128, QB = BM * D * 2, KB = BN * D * 2, VB = KB + (RS ? BN * 128 : 0), NO = RS ? D + 8 : D;
 	extern __shared__ __align__(1024) unsigned char smem[];
 	const u32 base = (smem_addr(smem) + 1023) & ~1023u;
 	const u32 aQ = base, aR = aQ + QB, aK = aR + (PX ? QB : 0), aV = aK + NS * KB;
@@ -343,7 +357,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 
 	// TMA: full[NS], empty[NS] mbarriers after the K/V stages; a tile is
 	// D/64 panels of BN rows, each BN/64 boxes of 64 rows.
-	const u32 aBar = aV + NS * KB;
+	const u32 aBar = aV + NS * VB;
 	const int bhk = b * Hkv + hk;
 	auto tma_kv = [&](int t) {
 		const int buf = t % NS, j0 = t0 + t * BN;
@@ -353,9 +367,9 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 		for (int p = 0; p < D / 64; p++)
 #pragma unroll
 			for (int rb = 0; rb < BN / 64; rb++) {
-				const u32 o = buf * KB + p * BN * 128 + rb * 64 * 128;
-				tma_load3(aK + o, mK, bar, p * 64, j0 + rb * 64, bhk);
-				tma_load3(aV + o, mV, bar, p * 64, j0 + rb * 64, bhk);
+				const u32 o = p * BN * 128 + rb * 64 * 128;
+				tma_load3(aK + buf * KB + o, mK, bar, p * 64, j0 + rb * 64, bhk);
+				tma_load3(aV + buf * VB + o, mV, bar, p * 64, j0 + rb * 64, bhk);
 			}
 	};
 	if (TMA) pipe_init<NS>(aBar);
@@ -363,15 +377,20 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 	if (PX) load_sw<D, BM>(aR, R + qo, m0, Lq, tid);
 	if (!TMA && ntiles > 0) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, 0, t0, Lk, tid);
 	cp_async_commit();
+	if (RS) { // the ones panels (bf16 1.0) after each stage's V, written once
+		unsigned char *gV = smem + (aV - smem_addr(smem));
+		for (int k = tid; k < NS * BN * 32; k += 256)
+			*(u32 *)(gV + (k / (BN * 32)) * VB + KB + (k % (BN * 32)) * 4) = 0x3f803f80u;
+	}
 	if (TMA) {
 		cp_async_wait<0>();
 		async_fence();
 		pipe_start<NS>(ntiles, wg, tma_kv);
 	}
 
-	float o1[D / 2], o2[PX ? D / 2 : 1];
+	float o1[NO / 2], o2[PX ? NO / 2 : 1];
 #pragma unroll
-	for (int i = 0; i < D / 2; i++) {
+	for (int i = 0; i < NO / 2; i++) {
 		o1[i] = 0;
 		if (PX) o2[i] = 0;
 	}
@@ -407,7 +426,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 		const bool live = j0 < wHi && j0 + BN > wLo; // uniform per warpgroup
 		if (!live) pass_turn();
 		if (live) {
-			const u32 ks = aK + (t % NS) * KB, vs = aV + (t % NS) * KB;
+			const u32 ks = aK + (t % NS) * KB, vs = aV + (t % NS) * VB;
 			float s[BN / 2], tt[PX ? BN / 2 : 1];
 			// OV: S and T as two groups, so the softmax of S overlaps T's
 			// products, and P2 = P1 T (and then O2) O1's.
@@ -450,7 +469,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 				for (int i = 0; i < BN / 2; i += 2) {
 					const int r = (i >> 1) & 1, h2 = (i >> 2) & 1;
 					float p0 = ex2(fmaf(s[i], sl2, -mu[r])), p1 = ex2(fmaf(s[i + 1], sl2, -mu[r]));
-					e1[r][h2] += p0 + p1;
+					if (!RS) e1[r][h2] += p0 + p1;
 					s[i] = p0;
 					s[i + 1] = p1;
 					// A fragment of k-step i/8: regs {row g, row g+8} x {cols 0-7, 8-15}
@@ -458,26 +477,26 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 					ap[k2][q] = pack2(p0, p1);
 					if (PX && !OV) {
 						float q0 = p0 * tt[i], q1 = p1 * tt[i + 1];
-						e2[r][h2] += q0 + q1;
+						if (!RS) e2[r][h2] += q0 + q1;
 						at[k2][q] = pack2(q0, q1);
 					}
 				}
 #pragma unroll
-				for (int r = 0; r < 2; r++) {
+				for (int r = 0; r < 2 && !RS; r++) {
 					d1[r] = fmaf(d1[r], alpha[r], e1[r][0] + e1[r][1]);
 					if (PX && !OV) d2[r] = fmaf(d2[r], alpha[r], e2[r][0] + e2[r][1]);
 				}
 				if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-					for (int i = 0; i < D / 2; i++) {
+					for (int i = 0; i < NO / 2; i++) {
 						float a = alpha[(i >> 1) & 1];
 						o1[i] *= a;
 						if (PX) o2[i] *= a;
 					}
 				}
 				wg_fence();
-				mma_pv<D, BN>(o1, ap, vs);
-				if (PX && !OV) mma_pv<D, BN>(o2, at, vs);
+				mma_pv<NO, BN>(o1, ap, vs);
+				if (PX && !OV) mma_pv<NO, BN>(o2, at, vs);
 				wg_commit();
 				if (PX && OV) {
 					wg_wait<1>(); // T
@@ -485,14 +504,14 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 					for (int i = 0; i < BN / 2; i += 2) {
 						const int r = (i >> 1) & 1, h2 = (i >> 2) & 1;
 						float q0 = s[i] * tt[i], q1 = s[i + 1] * tt[i + 1];
-						e2[r][h2] += q0 + q1;
+						if (!RS) e2[r][h2] += q0 + q1;
 						int k2 = i >> 3, q = ((i >> 1) & 1) | (((i >> 2) & 1) << 1);
 						at[k2][q] = pack2(q0, q1);
 					}
 #pragma unroll
-					for (int r = 0; r < 2; r++) d2[r] = fmaf(d2[r], alpha[r], e2[r][0] + e2[r][1]);
+					for (int r = 0; r < 2 && !RS; r++) d2[r] = fmaf(d2[r], alpha[r], e2[r][0] + e2[r][1]);
 					wg_fence();
-					mma_pv<D, BN>(o2, at, vs);
+					mma_pv<NO, BN>(o2, at, vs);
 					wg_commit();
 				}
 			}
@@ -507,7 +526,13 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 	cp_async_wait<0>();
 	// fwd_store's log-sum-exp takes the max in log2 units
 	const float ms[2] = {__fmul_rn(mr[0], sl2), __fmul_rn(mr[1], sl2)};
-	fwd_store<D, PX>(o1, o2, d1, d2, ms, i0, tq, Lq, O, Vb, LSE, TB, qo, ((i64)b * Hq + h) * Lq);
+	if (RS) // the ones columns D + 2 tq of rows g, g + 8: the whole row sums
+#pragma unroll
+		for (int r = 0; r < 2; r++) {
+			d1[r] = o1[D / 2 + 2 * r];
+			if (PX) d2[r] = o2[D / 2 + 2 * r];
+		}
+	fwd_store<D, PX, !RS>(o1, o2, d1, d2, ms, i0, tq, Lq, O, Vb, LSE, TB, qo, ((i64)b * Hq + h) * Lq);
 }
 
 #define WFWD(D, BN, PXN, PX, SUF, NS)                                                                                       \

@@ -192,14 +192,17 @@ __device__ __forceinline__ ColSpan col_span(int j0, int BK, int BQ, int Lq, int 
 // o = vbar (1 + tbar) - O2/d1 and vbar = O1/d1 (bf16), and the log-sum-exp
 // and tbar (f32) of row i at index so + i. o1 and o2 are the accumulators
 // in mma.sync's C layout, element 4 n + e of 8-column tile n (D/2 each).
-template <int D, bool PX>
+// RED: d1, d2 are this thread's part of the row sums (else the whole).
+template <int D, bool PX, bool RED = true>
 __device__ __forceinline__ void fwd_store(const float *o1, const float *o2, float *d1, float *d2, const float *mr,
                                           int i0, int tq, int Lq, u16 *O, u16 *Vb, float *LSE, float *TB, i64 qo,
                                           i64 so) {
 #pragma unroll
 	for (int r = 0; r < 2; r++) {
-		d1[r] = quad_sum(d1[r]);
-		if (PX) d2[r] = quad_sum(d2[r]);
+		if (RED) {
+			d1[r] = quad_sum(d1[r]);
+			if (PX) d2[r] = quad_sum(d2[r]);
+		}
 		int i = i0 + 8 * r;
 		if (i >= Lq) continue;
 		float inv = d1[r] > 0 ? 1.0f / d1[r] : 0.0f, tb = PX ? d2[r] * inv : 0.0f;

@@ -36,7 +36,9 @@ func generate() string {
 	// B) with N = 32, 64, 128 key columns; the fused backward's dQ = dS K
 	// (both MN-major); P V-type products with an MN-major B of D = 64 or
 	// 128 columns and A from registers or (the dk/dv kernel's
-	// shared-memory dS, dT and Pe) K-major from shared memory.
+	// shared-memory dS, dT and Pe) K-major from shared memory; and the
+	// forward's P V with 8 more columns of ones (D + 8 = 72, 136), whose
+	// products are the row sums of P.
 	for _, w := range []struct {
 		n, ta, tb int
 		rs        bool
@@ -45,6 +47,7 @@ func generate() string {
 		{64, 1, 1, false}, {128, 1, 1, false},
 		{64, 0, 1, false}, {128, 0, 1, false},
 		{64, 0, 1, true}, {128, 0, 1, true},
+		{72, 0, 1, true}, {136, 0, 1, true},
 	} {
 		emit(&b, w.n, w.rs, w.ta, w.tb)
 	}

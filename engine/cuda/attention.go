@@ -33,11 +33,13 @@ const (
 )
 
 // wStages is the number of K/V (or Q/dO/R) tiles attention_wgmma.cu's
-// kernels may keep in flight (its STAGES, 3 at D = 64 unless set to 4),
-// for their shared memory; the fused backward keeps two.
-func wStages(d int) int {
-	if d == 64 {
-		return 4 // room for STAGES64 up to 4
+// kernels keep in flight (its STAGES); the fused backward keeps two.
+func wStages(d int, px bool) int {
+	switch {
+	case d == 64 && px:
+		return 4 // STAGES64, at most 4
+	case d == 64:
+		return 3
 	}
 	return 2
 }
@@ -52,8 +54,19 @@ const (
 // (forward and dq/dr): nq row tiles of 128 rows (Q, R; dq/dr also dO),
 // wStages K/V tile pairs of bn keys, and 1 KiB for aligning the swizzled
 // tiles.
-func wrowSmem(D, nq, bn int) int {
-	return (wfwdBM*nq+2*wStages(D)*bn)*D*2 + 1024 + 64 // 64: the TMA dq kernel's mbarriers
+func wrowSmem(D, nq, bn int, px bool) int {
+	return (wfwdBM*nq+2*wStages(D, px)*bn)*D*2 + 1024 + 64 // 64: the TMA kernels' mbarriers
+}
+
+// wfwdTMASmem is the dynamic shared memory of attn_fwd_tma: wrowSmem and a
+// panel of ones (bn x 128 bytes) after each stage's V, the kernel's row
+// sums (RSUM).
+func wfwdTMASmem(D, bn int, px bool) int {
+	nq := 1
+	if px {
+		nq = 2
+	}
+	return wrowSmem(D, nq, bn, px) + wStages(D, px)*bn*128
 }
 
 // Tile sizes of attention_wgmma.cu's backward: 128 keys a block, query
@@ -72,7 +85,7 @@ func wbwdSmem(D int, px, dq bool) int {
 	if px {
 		nq = 3
 	}
-	ns := wStages(D)
+	ns := wStages(D, px)
 	if dq {
 		ns = 2
 	}
@@ -281,13 +294,11 @@ func (d *Device) Attention(a engine.AttentionArgs) error {
 		if os.Getenv("PARALLAX_CUDA_FWD_BN") == "128" && (!px || dims.D == 64) {
 			name, bn = fmt.Sprintf("attn_fwd_wgmma_d%d_bn128_%s", dims.D, kind(px)), 128
 		}
-		smem := wrowSmem(dims.D, nq, bn)
+		smem := wrowSmem(dims.D, nq, bn, px)
 		// TMA K/V loads and ping-pong warpgroups unless
 		// PARALLAX_CUDA_FWD=cp.async (or no tensor maps).
 		if os.Getenv("PARALLAX_CUDA_FWD") != "cp.async" && hasTensorMaps() {
-			// and a panel of ones (bn x 128 bytes) after each stage's V: the
-			// kernel's row sums (RSUM)
-			return d.attnFwdTMA(a, dims, strings.Replace(name, "_wgmma_", "_tma_", 1), smem+wStages(dims.D)*bn*128)
+			return d.attnFwdTMA(a, dims, strings.Replace(name, "_wgmma_", "_tma_", 1), wfwdTMASmem(dims.D, bn, px))
 		}
 		return d.launch(wgmmaMod, name,
 			[3]int{(dims.Lq + wfwdBM - 1) / wfwdBM, dims.Hq, dims.B}, [3]int{256, 1, 1}, smem,
@@ -415,14 +426,14 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 		// The TMA dq kernel measured 3-4% slower for Parallax at D = 128
 		// (H200, B8 L2048 .. B1 L16384), faster elsewhere; =tma forces it.
 		if tma && !dq32 && (mode == "tma" || !(px && D == 128)) {
-			err = d.attnDqTMA(a, dims, T, Bv, wrowSmem(D, nq, 64))
+			err = d.attnDqTMA(a, dims, T, Bv, wrowSmem(D, nq, 64, px))
 		} else if hopper && mode != "split" {
 			name, wbn := fmt.Sprintf("attn_dq_wgmma_d%d_%s", D, kind(px)), 64
 			if dq32 {
 				name, wbn = fmt.Sprintf("attn_dq_wgmma_d%d_bn32_%s", D, kind(px)), 32
 			}
 			err = d.launch(wgmmaMod, name, [3]int{(Lq + wfwdBM - 1) / wfwdBM, Hq, B}, [3]int{256, 1, 1},
-				wrowSmem(D, nq, wbn), common(in().p(ptr(a.DQ)).p(ptr(a.DR))))
+				wrowSmem(D, nq, wbn, px), common(in().p(ptr(a.DQ)).p(ptr(a.DR))))
 		} else {
 			err = d.launch(mmaMod, fmt.Sprintf("attn_dq_mma_d%d_%s", D, kind(px)), [3]int{(Lq + fwdBM - 1) / fwdBM, Hq, B},
 				threads128, (fwdBM*sd*nq+4*bn*sd)*2, common(in().p(ptr(a.DQ)).p(ptr(a.DR))))

@@ -29,14 +29,15 @@ func TestWgmmaSmemFits(t *testing.T) {
 				bns = append(bns, 128)
 			}
 			for _, bn := range bns {
-				ls = append(ls, launch{fmt.Sprintf("forward D%d px=%v bn%d", D, px, bn), wrowSmem(D, nq, bn)})
+				ls = append(ls, launch{fmt.Sprintf("forward D%d px=%v bn%d", D, px, bn), wrowSmem(D, nq, bn, px)},
+					launch{fmt.Sprintf("TMA forward D%d px=%v bn%d", D, px, bn), wfwdTMASmem(D, bn, px)})
 			}
 			bns = []int{64}
 			if D == 128 { // PARALLAX_CUDA_DQ_BN=32
 				bns = append(bns, 32)
 			}
 			for _, bn := range bns {
-				ls = append(ls, launch{fmt.Sprintf("dq D%d px=%v bn%d", D, px, bn), wrowSmem(D, nq+1, bn)})
+				ls = append(ls, launch{fmt.Sprintf("dq D%d px=%v bn%d", D, px, bn), wrowSmem(D, nq+1, bn, px)})
 			}
 			for _, dq := range []bool{false, true} {
 				ls = append(ls, launch{fmt.Sprintf("dkv D%d px=%v fused=%v", D, px, dq), wbwdSmem(D, px, dq)})

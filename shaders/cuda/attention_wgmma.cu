@@ -32,12 +32,14 @@ __device__ __forceinline__ void async_fence() { asm volatile("fence.proxy.async.
 
 // STAGES is the number of K/V (backward: Q/dO/R) tiles in flight. More
 // than two let the cp.async kernels skip the barrier that guards a
-// buffer's reuse; measured on the H200 that wins at D = 64 (four over
-// three by 2% with TMA) and loses at D = 128, where two are kept.
+// buffer's reuse; measured on the H200 that wins at D = 64 and loses at
+// D = 128, where two are kept. At D = 64 Parallax keeps four (STAGES64,
+// 2% over three with TMA) and softmax three: its kernels fit two blocks a
+// multiprocessor, which four stages' shared memory would not.
 #ifndef STAGES64
 #define STAGES64 4
 #endif
-#define STAGES(D) ((D) == 64 ? STAGES64 : 2)
+#define STAGES(D, PX) ((D) == 64 ? ((PX) ? STAGES64 : 3) : 2)
 
 // The forward splits its groups (OV) for softmax only: measured on the
 // H200, the split Parallax forward loses at D = 64 and ties at D = 128.
@@ -69,7 +71,7 @@ __device__ __forceinline__ void async_fence() { asm volatile("fence.proxy.async.
 #endif
 
 // The tuning switches above (STAGES64 up to 4, FWD_OV, RSUM, OVERLAP, SMEMFRAG)
-// and PINGPONG below can be set from outside (PARALLAX_CUDA_NVRTC_OPTIONS,
+// and PINGPONG and LPT below can be set from outside (PARALLAX_CUDA_NVRTC_OPTIONS,
 // -D...) to measure a variant; the host reserves shared memory for any of
 // them.
 
@@ -213,6 +215,31 @@ __device__ __forceinline__ void load_kv(u32 aK, u32 aV, const u16 *K, const u16 
 	load_sw<D, BN>(aV + nb, V, t0 + t * BN, Lk, tid);
 }
 
+// BlockIdx is a block's (tile, head, batch) as block_order assigns them.
+struct BlockIdx {
+	int x, y, z;
+};
+// block_order maps the blocks, in the order the hardware starts them (x
+// fastest), to (tile, head, batch) with the tile slowest: every head's
+// tile 0 starts before any head's tile 1. The kernels number tiles
+// longest first under a causal mask, so the longest start first and the
+// last to start are short (longest-processing-time-first); taking each
+// head's tiles in turn, the last heads' long tiles would run alone at the
+// end. LPT 0 keeps the launch order.
+#ifndef LPT
+#define LPT 1
+#endif
+__device__ __forceinline__ BlockIdx block_order() {
+	const unsigned hb = gridDim.y * gridDim.z;
+	const unsigned lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+	BlockIdx r;
+	if (!LPT) return BlockIdx{(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z};
+	r.x = (int)(lin / hb);
+	r.y = (int)(lin % hb % gridDim.y);
+	r.z = (int)(lin % hb / gridDim.y);
+	return r;
+}
+
 // RowSpan is what a block of 128 query rows [m0, m0 + 128), two
 // warpgroups of 64, sees of the keys under the mask of spec section 1: the
 // block's key tiles of BN, and for this warpgroup's rows [w0, w0 + 64) the
@@ -347,8 +374,9 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 	// one measured more spills there)
 	const int tid = threadIdx.x, wg = TMA ? warpgroup() : tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2,
 	          tq = lane & 3;
-	const int m0 = (gridDim.x - 1 - blockIdx.x) * BM; // long causal blocks first
-	const int h = blockIdx.y, b = blockIdx.z, hk = h / (Hq / Hkv);
+	const BlockIdx bi = block_order();
+	const int m0 = (gridDim.x - 1 - bi.x) * BM; // long causal blocks first
+	const int h = bi.y, b = bi.z, hk = h / (Hq / Hkv);
 	const i64 qo = ((i64)b * Hq + h) * Lq * D, ko = ((i64)b * Hkv + hk) * Lk * D;
 	const int w0 = m0 + wg * 64;
 	const RowSpan sp = row_span(m0, w0, BN, Lq, Lk, causal, window);
@@ -546,13 +574,13 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 	    float scale, int causal, int window, const __grid_constant__ TmaMap mK, const __grid_constant__ TmaMap mV) {    \
 		wfwd_impl<D, BN, PX, NS, FWD_OV(PX), true>(Q, R, 0, 0, O, Vb, LSE, TB, Hq, Hkv, Lq, Lk, scale, causal, window, &mK, &mV); \
 	}
-WFWD(64, 64, px, true, , STAGES(64))
-WFWD(64, 64, sm, false, , STAGES(64))
-WFWD(128, 64, px, true, , STAGES(128))
-WFWD(128, 64, sm, false, , STAGES(128))
-WFWD(64, 128, px, true, _bn128, STAGES(64))
-WFWD(64, 128, sm, false, _bn128, STAGES(64))
-WFWD(128, 128, sm, false, _bn128, STAGES(128))
+WFWD(64, 64, px, true, , STAGES(64, true))
+WFWD(64, 64, sm, false, , STAGES(64, false))
+WFWD(128, 64, px, true, , STAGES(128, true))
+WFWD(128, 64, sm, false, , STAGES(128, false))
+WFWD(64, 128, px, true, _bn128, STAGES(64, true))
+WFWD(64, 128, sm, false, _bn128, STAGES(64, false))
+WFWD(128, 128, sm, false, _bn128, STAGES(128, false))
 
 // red_add2 adds (a, b) to p[0], p[1] (8-byte aligned) without returning.
 __device__ __forceinline__ void red_add2(float *p, float a, float b) {
@@ -591,7 +619,8 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 	float *st = (float *)(gbase + 2 * KB + NS * NQ * QB); // per row: lse log2e, Bv, -scale (Bv - T), -scale (1 + tbar)
 	const u32 aDS = base + 2 * KB + NS * NQ * QB + NS * 4 * BQ * 4;
 	const int tid = threadIdx.x, wg = warpgroup(), warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-	const int j0 = blockIdx.x * BK, hk = blockIdx.y, b = blockIdx.z, G = Hq / Hkv;
+	const BlockIdx bi = block_order(); // long causal blocks (the first keys) first
+	const int j0 = bi.x * BK, hk = bi.y, b = bi.z, G = Hq / Hkv;
 	const i64 ko = ((i64)b * Hkv + hk) * Lk * D;
 	const ColSpan cs = col_span(j0, BK, BQ, Lq, Lk, causal, window);
 	const int off = cs.off, q0 = cs.q0, nq = cs.nq;
@@ -878,7 +907,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_, const float *LSE, const float *T,       \
 	    const float *BV, const float *TB, u16 *DK, u16 *DV, float *DQf, float *DRf, int Hq, int Hkv, int Lq, int Lk,   \
 	    float scale, int causal, int window) {                                                                          \
-		wdkv_impl<D, PX, DQ, DQ ? 2 : STAGES(D), OVERLAP(D, PX), SMEMFRAG(D, PX), false>(                             \
+		wdkv_impl<D, PX, DQ, DQ ? 2 : STAGES(D, PX), OVERLAP(D, PX), SMEMFRAG(D, PX), false>(                             \
 		    Q, R, K, V, G_, LSE, T, BV, TB, DK, DV, DQf, DRf, Hq, Hkv, Lq, Lk, scale, causal, window, 0, 0, 0, 0);     \
 	}
 // The TMA variant: Q, dO, R and the packed row statistics (lse log2e, T,
@@ -890,7 +919,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 	    const u16 *K, const u16 *V, u16 *DK, u16 *DV, int Hq, int Hkv, int Lq, int Lk, float scale, int causal,        \
 	    int window, const __grid_constant__ TmaMap mQ, const __grid_constant__ TmaMap mG,                               \
 	    const __grid_constant__ TmaMap mR, const __grid_constant__ TmaMap mS) {                                          \
-		wdkv_impl<D, PX, false, STAGES(D), OVERLAP(D, PX), SMEMFRAG(D, PX), true>(                                    \
+		wdkv_impl<D, PX, false, STAGES(D, PX), OVERLAP(D, PX), SMEMFRAG(D, PX), true>(                                    \
 		    0, 0, K, V, 0, 0, 0, 0, 0, DK, DV, 0, 0, Hq, Hkv, Lq, Lk, scale, causal, window, &mQ, &mG, &mR, &mS);      \
 	}
 WDKVT(64, px, true)
@@ -924,8 +953,9 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	const u32 base = (smem_addr(smem) + 1023) & ~1023u;
 	const u32 aQ = base, aG = aQ + QB, aR = aG + QB, aK = aQ + NQ * QB, aV = aK + NS * KB;
 	const int tid = threadIdx.x, wg = warpgroup(), warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-	const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
-	const int h = blockIdx.y, b = blockIdx.z, hk = h / (Hq / Hkv);
+	const BlockIdx bi = block_order();
+	const int m0 = (gridDim.x - 1 - bi.x) * BM; // long causal blocks first
+	const int h = bi.y, b = bi.z, hk = h / (Hq / Hkv);
 	const i64 qo = ((i64)b * Hq + h) * Lq * D, ko = ((i64)b * Hkv + hk) * Lk * D, so = ((i64)b * Hq + h) * Lq;
 	const int w0 = m0 + wg * 64;
 	const RowSpan sp = row_span(m0, w0, BN, Lq, Lk, causal, window);
@@ -1079,13 +1109,13 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_, const float *LSE, const float *T,       \
 	    const float *BV, const float *TB, u16 *DQ, u16 *DR, int Hq, int Hkv, int Lq, int Lk, float scale, int causal,  \
 	    int window) {                                                                                                   \
-		wdq_impl<D, BN, true, STAGES(D), OVERLAP(D, true), false>(Q, R, K, V, G_, LSE, T, BV, TB, DQ, DR, Hq, Hkv, Lq, Lk, scale, causal, window, 0, 0); \
+		wdq_impl<D, BN, true, STAGES(D, true), OVERLAP(D, true), false>(Q, R, K, V, G_, LSE, T, BV, TB, DQ, DR, Hq, Hkv, Lq, Lk, scale, causal, window, 0, 0); \
 	}                                                                                                                   \
 	extern "C" __global__ void __launch_bounds__(256, 1) attn_dq_wgmma_d##D##SUF##_sm(                                 \
 	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_, const float *LSE, const float *T,       \
 	    const float *BV, const float *TB, u16 *DQ, u16 *DR, int Hq, int Hkv, int Lq, int Lk, float scale, int causal,  \
 	    int window) {                                                                                                   \
-		wdq_impl<D, BN, false, STAGES(D), OVERLAP(D, false), false>(Q, R, K, V, G_, LSE, T, BV, TB, DQ, DR, Hq, Hkv, Lq, Lk, scale, causal, window, 0, 0); \
+		wdq_impl<D, BN, false, STAGES(D, false), OVERLAP(D, false), false>(Q, R, K, V, G_, LSE, T, BV, TB, DQ, DR, Hq, Hkv, Lq, Lk, scale, causal, window, 0, 0); \
 	}
 // The TMA variant: K and V tiles of 64 keys through tensor maps into
 // mbarrier stages, the warpgroups ordered by named barriers (as the TMA
@@ -1095,7 +1125,7 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	    const u16 *Q, const u16 *R, const u16 *G_, const float *LSE, const float *T, const float *BV, const float *TB,  \
 	    u16 *DQ, u16 *DR, int Hq, int Hkv, int Lq, int Lk, float scale, int causal, int window,                        \
 	    const __grid_constant__ TmaMap mK, const __grid_constant__ TmaMap mV) {                                          \
-		wdq_impl<D, 64, PX, STAGES(D), OVERLAP(D, PX), true>(Q, R, 0, 0, G_, LSE, T, BV, TB, DQ, DR, Hq, Hkv, Lq, Lk,   \
+		wdq_impl<D, 64, PX, STAGES(D, PX), OVERLAP(D, PX), true>(Q, R, 0, 0, G_, LSE, T, BV, TB, DQ, DR, Hq, Hkv, Lq, Lk,   \
 		                                                     scale, causal, window, &mK, &mV);                         \
 	}
 WDQT(64, px, true)

@@ -145,6 +145,16 @@ func (d *Device) tileMap(t *engine.Tensor, heads, rows, D int) (*tensorMap, erro
 		[]uint32{64, 64, 1}, tmSwizzle128)
 }
 
+// tmaBlock is the block of attention_wgmma.cu's TMA kernels
+// (TMA_THREADS): two warpgroups, and for Parallax at D = 64 a producer
+// warpgroup.
+func tmaBlock(D int, px bool) [3]int {
+	if D == 64 && px {
+		return [3]int{384, 1, 1}
+	}
+	return [3]int{256, 1, 1}
+}
+
 // attnFwdTMA launches the forward kernel name (an attn_fwd_tma_*) with
 // the K and V tiles read through tensor maps.
 func (d *Device) attnFwdTMA(a engine.AttentionArgs, dm engine.AttnDims, name string, smem int) error {
@@ -156,7 +166,7 @@ func (d *Device) attnFwdTMA(a engine.AttentionArgs, dm engine.AttnDims, name str
 	if err != nil {
 		return err
 	}
-	return d.launch(wgmmaMod, name, [3]int{(dm.Lq + wfwdBM - 1) / wfwdBM, dm.Hq, dm.B}, [3]int{256, 1, 1}, smem,
+	return d.launch(wgmmaMod, name, [3]int{(dm.Lq + wfwdBM - 1) / wfwdBM, dm.Hq, dm.B}, tmaBlock(dm.D, a.R != nil), smem,
 		newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.O)).p(ptr(a.Vbar)).p(ptr(a.LSE)).p(ptr(a.Tbar)).
 			i(dm.Hq).i(dm.Hkv).i(dm.Lq).i(dm.Lk).f(dm.Scale).i(b2i(dm.Causal)).i(dm.Window).tmap(mk).tmap(mv))
 }
@@ -173,7 +183,7 @@ func (d *Device) attnDqTMA(a engine.AttentionBackwardArgs, dm engine.AttnDims, T
 		return err
 	}
 	return d.launch(wgmmaMod, fmt.Sprintf("attn_dq_tma_d%d_%s", dm.D, kind(a.R != nil)),
-		[3]int{(dm.Lq + wfwdBM - 1) / wfwdBM, dm.Hq, dm.B}, [3]int{256, 1, 1}, smem,
+		[3]int{(dm.Lq + wfwdBM - 1) / wfwdBM, dm.Hq, dm.B}, tmaBlock(dm.D, a.R != nil), smem,
 		newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.DO)).p(ptr(a.LSE)).p(T).p(Bv).p(ptr(a.Tbar)).p(ptr(a.DQ)).p(ptr(a.DR)).
 			i(dm.Hq).i(dm.Hkv).i(dm.Lq).i(dm.Lk).f(dm.Scale).i(b2i(dm.Causal)).i(dm.Window).tmap(mk).tmap(mv))
 }
@@ -203,7 +213,7 @@ func (d *Device) attnDkvTMA(a engine.AttentionBackwardArgs, dm engine.AttnDims, 
 		return err
 	}
 	return d.launch(wgmmaMod, fmt.Sprintf("attn_dkv_tma_d%d_%s", D, kind(px)),
-		[3]int{(dm.Lk + wbwdBK - 1) / wbwdBK, dm.Hkv, dm.B}, [3]int{256, 1, 1}, wbwdSmem(D, px, false),
+		[3]int{(dm.Lk + wbwdBK - 1) / wbwdBK, dm.Hkv, dm.B}, tmaBlock(dm.D, px), wbwdSmem(D, px, false),
 		newArgs().p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.DK)).p(ptr(a.DV)).i(dm.Hq).i(dm.Hkv).i(dm.Lq).i(dm.Lk).f(dm.Scale).
 			i(b2i(dm.Causal)).i(dm.Window).tmap(mq).tmap(mg).tmap(mr).tmap(ms))
 }

@@ -166,23 +166,58 @@ template <int NS> __device__ __forceinline__ void pipe_init(u32 bar) {
 	}
 	asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
+// WSP(D, PX): the Parallax TMA kernels at D = 64 have a producer
+// warpgroup, a third
+// (384 threads), which only loads: one thread waits for a stage to be
+// released and refills it, so no consumer warp ever waits on the other
+// warpgroup's release. It gives its registers to the consumers
+// (setmaxnreg: 24 for it, 240 for them). Otherwise thread 128 loads
+// between its own tiles (softmax: whose kernels fit two blocks a
+// multiprocessor at D = 64, which 384 threads would not).
+#ifndef WSP
+#define WSP(D, PX) ((D) == 64 && (PX))
+#endif
+#define TMA_THREADS(D, PX) (WSP(D, PX) ? 384 : 256)
+
+// producer_split ends the prologue of a WS kernel: the producer warpgroup
+// (2) hands back registers, runs produce() on one thread and returns
+// false; the consumers take the registers and return true.
+template <typename F> __device__ __forceinline__ bool producer_split(int wg, F produce) {
+	if (wg == 2) {
+		asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+		if (threadIdx.x == 256) produce();
+		return false;
+	}
+	asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+	return true;
+}
+
 // pipe_start, after every thread's cp.async data is visible, makes the
-// barriers' initialisation visible, has the loader issue the first NS
-// tiles with load(t) and gives warpgroup 0 the first turn.
-template <int NS, typename F> __device__ __forceinline__ void pipe_start(int ntiles, int wg, F load) {
+// barriers' initialisation visible, has the loader (WS: none here) issue
+// the first NS tiles with load(t) and gives warpgroup 0 the first turn.
+template <int NS, bool WS, typename F> __device__ __forceinline__ void pipe_start(int ntiles, int wg, F load) {
 	__syncthreads();
-	if (threadIdx.x == 128)
+	if (!WS && threadIdx.x == 128)
 		for (int i = 0; i < NS && i < ntiles; i++) load(i);
 	if (wg == 1) turn_pass(wg, false);
 }
-// pipe_release marks tile t's stage free (every thread, once done with
-// it); the loader (thread 128, of the warpgroup that issues second) waits
-// until all are and loads tile t + NS into it with load(t + NS).
-template <int NS, typename F>
+// pipe_produce is the producer warp's loop (WS, one lane): every tile in
+// order, each once its stage's previous tile is released.
+template <int NS, typename F> __device__ __forceinline__ void pipe_produce(u32 bar, int ntiles, F load) {
+	for (int t = 0; t < ntiles; t++) {
+		if (t >= NS) mbar_wait(bar + 8 * (NS + t % NS), (t / NS - 1) & 1);
+		load(t);
+	}
+}
+// pipe_release marks tile t's stage free (every consumer thread, once
+// done with it); without a producer warp the loader (thread 128, of the
+// warpgroup that issues second) waits until all are and loads tile t + NS
+// into it with load(t + NS).
+template <int NS, bool WS, typename F>
 __device__ __forceinline__ void pipe_release(u32 bar, int t, int ntiles, F load) {
 	const u32 empty = bar + 8 * (NS + t % NS);
 	mbar_arrive(empty);
-	if (threadIdx.x == 128 && t + NS < ntiles) {
+	if (!WS && threadIdx.x == 128 && t + NS < ntiles) {
 		mbar_wait(empty, (t / NS) & 1);
 		load(t + NS);
 	}
@@ -365,7 +400,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
                                           int causal, int window, const TmaMap *mK, const TmaMap *mV) {
 	// RS (TMA kernels, RSUM): the row sums d1, d2 come out of the P V
 	// products, as NO = D + 8 columns against V and a panel of ones.
-	constexpr bool RS = TMA && RSUM(D, PX);
+	constexpr bool RS = TMA && RSUM(D, PX), WS = TMA && WSP(D, PX);
 	constexpr int BM = 128, QB = BM * D * 2, KB = BN * D * 2, VB = KB + (RS ? BN * 128 : 0), NO = RS ? D + 8 : D;
 	extern __shared__ __align__(1024) unsigned char smem[];
 	const u32 base = (smem_addr(smem) + 1023) & ~1023u;
@@ -401,19 +436,22 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 			}
 	};
 	if (TMA) pipe_init<NS>(aBar);
-	load_sw<D, BM>(aQ, Q + qo, m0, Lq, tid);
-	if (PX) load_sw<D, BM>(aR, R + qo, m0, Lq, tid);
-	if (!TMA && ntiles > 0) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, 0, t0, Lk, tid);
+	if (tid < 256) { // (WS: not the producer warpgroup)
+		load_sw<D, BM>(aQ, Q + qo, m0, Lq, tid);
+		if (PX) load_sw<D, BM>(aR, R + qo, m0, Lq, tid);
+		if (!TMA && ntiles > 0) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, 0, t0, Lk, tid);
+	}
 	cp_async_commit();
 	if (RS) { // the ones panels (bf16 1.0) after each stage's V, written once
 		unsigned char *gV = smem + (aV - smem_addr(smem));
-		for (int k = tid; k < NS * BN * 32; k += 256)
+		for (int k = tid; k < NS * BN * 32 && tid < 256; k += 256)
 			*(u32 *)(gV + (k / (BN * 32)) * VB + KB + (k % (BN * 32)) * 4) = 0x3f803f80u;
 	}
 	if (TMA) {
 		cp_async_wait<0>();
 		async_fence();
-		pipe_start<NS>(ntiles, wg, tma_kv);
+		pipe_start<NS, WS>(ntiles, wg, tma_kv);
+		if (WS && !producer_split(wg, [&]() { pipe_produce<NS>(aBar, ntiles, tma_kv); })) return;
 	}
 
 	float o1[NO / 2], o2[PX ? NO / 2 : 1];
@@ -546,7 +584,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 			wg_wait<0>();
 		}
 		if (TMA) {
-			pipe_release<NS>(aBar, t, ntiles, tma_kv);
+			pipe_release<NS, WS>(aBar, t, ntiles, tma_kv);
 		} else if (NS == 2) {
 			__syncthreads(); // with three buffers the next load targets tile t - 2's
 		}
@@ -569,7 +607,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 	    int Lq, int Lk, float scale, int causal, int window) {                                                          \
 		wfwd_impl<D, BN, PX, NS, FWD_OV(PX), false>(Q, R, K, V, O, Vb, LSE, TB, Hq, Hkv, Lq, Lk, scale, causal, window, 0, 0); \
 	}                                                                                                                   \
-	extern "C" __global__ void __launch_bounds__(256, 1) attn_fwd_tma_d##D##SUF##_##PXN(                                \
+	extern "C" __global__ void __launch_bounds__(TMA_THREADS(D, PX), 1) attn_fwd_tma_d##D##SUF##_##PXN(                     \
 	    const u16 *Q, const u16 *R, u16 *O, u16 *Vb, float *LSE, float *TB, int Hq, int Hkv, int Lq, int Lk,            \
 	    float scale, int causal, int window, const __grid_constant__ TmaMap mK, const __grid_constant__ TmaMap mV) {    \
 		wfwd_impl<D, BN, PX, NS, FWD_OV(PX), true>(Q, R, 0, 0, O, Vb, LSE, TB, Hq, Hkv, Lq, Lk, scale, causal, window, &mK, &mV); \
@@ -630,8 +668,11 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 	// TMA: full[NS], empty[NS] after the dS/dT/Pe tiles
 	const u32 aBar = aDS + 2 * (SF ? 3 : DQ ? 2 : 0) * 64 * 128;
 	if (TMA) pipe_init<NS>(aBar);
-	load_sw<D, BK>(aK, K + ko, j0, Lk, tid);
-	load_sw<D, BK>(aV, V + ko, j0, Lk, tid);
+	constexpr bool WS = TMA && WSP(D, PX);
+	if (tid < 256) { // (WS: not the producer warpgroup)
+		load_sw<D, BK>(aK, K + ko, j0, Lk, tid);
+		load_sw<D, BK>(aV, V + ko, j0, Lk, tid);
+	}
 	// With TMA one thread loads a tile: Q, dO (and R) as D/64 swizzled
 	// panels of 64 rows, and the packed row statistics.
 	// (tiles are loaded in order: the loader steps its own head and query
@@ -671,7 +712,8 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 		cp_async_commit();
 		cp_async_wait<0>();
 		async_fence();
-		pipe_start<NS>(ntiles, wg, tma_tile);
+		pipe_start<NS, WS>(ntiles, wg, tma_tile);
+		if (WS && !producer_split(wg, [&]() { pipe_produce<NS>(aBar, ntiles, tma_tile); })) return;
 	} else {
 		if (ntiles > 0) load_tile(0, 0);
 		cp_async_commit();
@@ -881,7 +923,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 			}
 		}
 		if (TMA) {
-			pipe_release<NS>(aBar, t, ntiles, tma_tile);
+			pipe_release<NS, WS>(aBar, t, ntiles, tma_tile);
 		} else if (NS == 2) {
 			__syncthreads();
 		}
@@ -915,7 +957,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 // maps, loaded by one thread into mbarrier-guarded stages, so the two
 // warpgroups never wait on each other at a block barrier.
 #define WDKVT(D, PXN, PX)                                                                                               \
-	extern "C" __global__ void __launch_bounds__(256, 1) attn_dkv_tma_d##D##_##PXN(                                     \
+	extern "C" __global__ void __launch_bounds__(TMA_THREADS(D, PX), 1) attn_dkv_tma_d##D##_##PXN(                          \
 	    const u16 *K, const u16 *V, u16 *DK, u16 *DV, int Hq, int Hkv, int Lq, int Lk, float scale, int causal,        \
 	    int window, const __grid_constant__ TmaMap mQ, const __grid_constant__ TmaMap mG,                               \
 	    const __grid_constant__ TmaMap mR, const __grid_constant__ TmaMap mS) {                                          \
@@ -962,9 +1004,12 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	const int off = sp.off, t0 = sp.t0, ntiles = sp.ntiles, wHi = sp.wHi, wLo = sp.wLo, firstHi = sp.firstHi,
 	          lastLo = sp.lastLo;
 
-	load_sw<D, BM>(aQ, Q + qo, m0, Lq, tid);
-	load_sw<D, BM>(aG, G_ + qo, m0, Lq, tid);
-	if (PX) load_sw<D, BM>(aR, R + qo, m0, Lq, tid);
+	constexpr bool WS = TMA && WSP(D, PX);
+	if (tid < 256) { // (WS: not the producer warpgroup)
+		load_sw<D, BM>(aQ, Q + qo, m0, Lq, tid);
+		load_sw<D, BM>(aG, G_ + qo, m0, Lq, tid);
+		if (PX) load_sw<D, BM>(aR, R + qo, m0, Lq, tid);
+	}
 	// TMA: K/V tiles of BN keys through tensor maps, full[NS] and empty[NS]
 	// mbarriers after the K/V stages; one thread (of warpgroup 1, which
 	// issues second) loads.
@@ -986,7 +1031,8 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	if (TMA) {
 		cp_async_wait<0>();
 		async_fence();
-		pipe_start<NS>(ntiles, wg, tma_kv);
+		pipe_start<NS, WS>(ntiles, wg, tma_kv);
+		if (WS && !producer_split(wg, [&]() { pipe_produce<NS>(aBar, ntiles, tma_kv); })) return;
 	}
 
 	const float sl2 = scale * LOG2E;
@@ -1085,7 +1131,7 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 			wg_wait<0>();
 		}
 		if (TMA) {
-			pipe_release<NS>(aBar, t, ntiles, tma_kv);
+			pipe_release<NS, WS>(aBar, t, ntiles, tma_kv);
 		} else if (NS == 2) {
 			__syncthreads();
 		}
@@ -1121,7 +1167,7 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 // mbarrier stages, the warpgroups ordered by named barriers (as the TMA
 // dk/dv kernel).
 #define WDQT(D, PXN, PX)                                                                                                \
-	extern "C" __global__ void __launch_bounds__(256, 1) attn_dq_tma_d##D##_##PXN(                                      \
+	extern "C" __global__ void __launch_bounds__(TMA_THREADS(D, PX), 1) attn_dq_tma_d##D##_##PXN(                           \
 	    const u16 *Q, const u16 *R, const u16 *G_, const float *LSE, const float *T, const float *BV, const float *TB,  \
 	    u16 *DQ, u16 *DR, int Hq, int Hkv, int Lq, int Lk, float scale, int causal, int window,                        \
 	    const __grid_constant__ TmaMap mK, const __grid_constant__ TmaMap mV) {                                          \

@@ -155,14 +155,21 @@ func tmaBlock(D int, px bool) [3]int {
 	return [3]int{256, 1, 1}
 }
 
+// kvMaps are the tensor maps of K and V for the row-parallel TMA kernels.
+func (d *Device) kvMaps(k, v *engine.Tensor, dm engine.AttnDims) (mk, mv *tensorMap, err error) {
+	if mk, err = d.tileMap(k, dm.B*dm.Hkv, dm.Lk, dm.D); err != nil {
+		return nil, nil, err
+	}
+	if mv, err = d.tileMap(v, dm.B*dm.Hkv, dm.Lk, dm.D); err != nil {
+		return nil, nil, err
+	}
+	return mk, mv, nil
+}
+
 // attnFwdTMA launches the forward kernel name (an attn_fwd_tma_*) with
 // the K and V tiles read through tensor maps.
 func (d *Device) attnFwdTMA(a engine.AttentionArgs, dm engine.AttnDims, name string, smem int) error {
-	mk, err := d.tileMap(a.K, dm.B*dm.Hkv, dm.Lk, dm.D)
-	if err != nil {
-		return err
-	}
-	mv, err := d.tileMap(a.V, dm.B*dm.Hkv, dm.Lk, dm.D)
+	mk, mv, err := d.kvMaps(a.K, a.V, dm)
 	if err != nil {
 		return err
 	}
@@ -174,11 +181,7 @@ func (d *Device) attnFwdTMA(a engine.AttentionArgs, dm engine.AttnDims, name str
 // attnDqTMA launches attn_dq_tma: dQ and dR with the K and V tiles read
 // through tensor maps.
 func (d *Device) attnDqTMA(a engine.AttentionBackwardArgs, dm engine.AttnDims, T, Bv uint64, smem int) error {
-	mk, err := d.tileMap(a.K, dm.B*dm.Hkv, dm.Lk, dm.D)
-	if err != nil {
-		return err
-	}
-	mv, err := d.tileMap(a.V, dm.B*dm.Hkv, dm.Lk, dm.D)
+	mk, mv, err := d.kvMaps(a.K, a.V, dm)
 	if err != nil {
 		return err
 	}

@@ -223,6 +223,25 @@ __device__ __forceinline__ void pipe_release(u32 bar, int t, int ntiles, F load)
 	}
 }
 
+// tma_kv_tile has the calling thread issue K/V tile (BN keys from j0, of
+// the tensor maps' head bhk) into stage buf: K at aK + buf BN D 2, V at
+// aV + buf VB, each D/64 panels of BN rows loaded as BN/64 boxes of 64
+// rows, completing on mbarrier bar.
+template <int D, int BN>
+__device__ __forceinline__ void tma_kv_tile(u32 aK, u32 aV, u32 VB, int buf, u32 bar, const TmaMap *mK,
+                                            const TmaMap *mV, int j0, int bhk) {
+	constexpr int KB = BN * D * 2;
+	mbar_expect_tx(bar, 2 * KB);
+#pragma unroll
+	for (int p = 0; p < D / 64; p++)
+#pragma unroll
+		for (int rb = 0; rb < BN / 64; rb++) {
+			const u32 o = p * BN * 128 + rb * 64 * 128;
+			tma_load3(aK + buf * KB + o, mK, bar, p * 64, j0 + rb * 64, bhk);
+			tma_load3(aV + buf * VB + o, mV, bar, p * 64, j0 + rb * 64, bhk);
+		}
+}
+
 // load_sw copies rows [r0, r0 + R) of a [n, D] bf16 matrix into a swizzled
 // tile at shared address tile (rows past n are zero-filled), 256 threads.
 // A thread's chunks are STEP rows apart in one column, so its shared and
@@ -418,22 +437,11 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 	const int off = sp.off, t0 = sp.t0, ntiles = sp.ntiles, wHi = sp.wHi, wLo = sp.wLo, firstHi = sp.firstHi,
 	          lastLo = sp.lastLo;
 
-	// TMA: full[NS], empty[NS] mbarriers after the K/V stages; a tile is
-	// D/64 panels of BN rows, each BN/64 boxes of 64 rows.
+	// TMA: full[NS], empty[NS] mbarriers after the K/V stages
 	const u32 aBar = aV + NS * VB;
 	const int bhk = b * Hkv + hk;
 	auto tma_kv = [&](int t) {
-		const int buf = t % NS, j0 = t0 + t * BN;
-		const u32 bar = aBar + 8 * buf;
-		mbar_expect_tx(bar, 2 * KB);
-#pragma unroll
-		for (int p = 0; p < D / 64; p++)
-#pragma unroll
-			for (int rb = 0; rb < BN / 64; rb++) {
-				const u32 o = p * BN * 128 + rb * 64 * 128;
-				tma_load3(aK + buf * KB + o, mK, bar, p * 64, j0 + rb * 64, bhk);
-				tma_load3(aV + buf * VB + o, mV, bar, p * 64, j0 + rb * 64, bhk);
-			}
+		tma_kv_tile<D, BN>(aK, aV, VB, t % NS, aBar + 8 * (t % NS), mK, mV, t0 + t * BN, bhk);
 	};
 	if (TMA) pipe_init<NS>(aBar);
 	if (tid < 256) { // (WS: not the producer warpgroup)
@@ -1016,14 +1024,7 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	const u32 aBar = aV + NS * KB;
 	const int bhk = b * Hkv + hk;
 	auto tma_kv = [&](int t) {
-		const int buf = t % NS, j0 = t0 + t * BN;
-		const u32 bar = aBar + 8 * buf;
-		mbar_expect_tx(bar, 2 * KB);
-#pragma unroll
-		for (int p = 0; p < D / 64; p++) {
-			tma_load3(aK + buf * KB + p * BN * 128, mK, bar, p * 64, j0, bhk);
-			tma_load3(aV + buf * KB + p * BN * 128, mV, bar, p * 64, j0, bhk);
-		}
+		tma_kv_tile<D, BN>(aK, aV, KB, t % NS, aBar + 8 * (t % NS), mK, mV, t0 + t * BN, bhk);
 	};
 	if (TMA) pipe_init<NS>(aBar);
 	else if (ntiles > 0) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, 0, t0, Lk, tid);

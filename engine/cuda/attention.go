@@ -79,7 +79,8 @@ const (
 // wbwdSmem is the dynamic shared memory of attn_dkv_wgmma: K and V, the
 // buffers of the Q, dO (and R) tiles and their four row statistics, the
 // two warpgroups' dS and dT tiles with dq, their dS, dT and Pe tiles for
-// Parallax at D = 128 (the kernel's SMEMFRAG), and 1 KiB for alignment.
+// Parallax (used at D = 128, the kernel's SMEMFRAG), and 1 KiB for
+// alignment.
 func wbwdSmem(D int, px, dq bool) int {
 	nq := 2
 	if px {
@@ -308,8 +309,8 @@ func (d *Device) Attention(a engine.AttentionArgs) error {
 			name, bn = fmt.Sprintf("attn_fwd_wgmma_d%d_bn128_%s", dims.D, kind(px)), 128
 		}
 		smem := wrowSmem(dims.D, nq, bn, px)
-		// TMA K/V loads and ping-pong warpgroups unless
-		// PARALLAX_CUDA_FWD=cp.async (or no tensor maps).
+		// TMA K/V loads unless PARALLAX_CUDA_FWD=cp.async (or no tensor
+		// maps).
 		if os.Getenv("PARALLAX_CUDA_FWD") != "cp.async" && hasTensorMaps() {
 			return d.attnFwdTMA(a, dims, strings.Replace(name, "_wgmma_", "_tma_", 1), wfwdTMASmem(dims.D, bn, px))
 		}

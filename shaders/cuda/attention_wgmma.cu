@@ -70,10 +70,11 @@ __device__ __forceinline__ void async_fence() { asm volatile("fence.proxy.async.
 #define SMEMFRAG(D, PX) ((D) == 128 && (PX))
 #endif
 
-// The tuning switches above (STAGES64 up to 4, FWD_OV, RSUM, OVERLAP, SMEMFRAG)
-// and PINGPONG and LPT below can be set from outside (PARALLAX_CUDA_NVRTC_OPTIONS,
-// -D...) to measure a variant; the host reserves shared memory for any of
-// them.
+// The tuning switches above (STAGES64 up to 4, FWD_OV, RSUM, OVERLAP,
+// SMEMFRAG) and PINGPONG and LPT below can be set from outside
+// (PARALLAX_CUDA_NVRTC_OPTIONS, -D...) to measure a variant; the host
+// reserves shared memory for any of them. (WSP also sets the block size,
+// which the host chooses: not one of them.)
 
 // sw_desc is the wgmma descriptor of a 128-byte-swizzled operand at shared
 // address addr: lbo is the byte distance between 64-column panels (used by
@@ -167,13 +168,13 @@ template <int NS> __device__ __forceinline__ void pipe_init(u32 bar) {
 	asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 // WSP(D, PX): the Parallax TMA kernels at D = 64 have a producer
-// warpgroup, a third
-// (384 threads), which only loads: one thread waits for a stage to be
-// released and refills it, so no consumer warp ever waits on the other
-// warpgroup's release. It gives its registers to the consumers
-// (setmaxnreg: 24 for it, 240 for them). Otherwise thread 128 loads
-// between its own tiles (softmax: whose kernels fit two blocks a
-// multiprocessor at D = 64, which 384 threads would not).
+// warpgroup, a third (384 threads), which only loads: one thread waits for
+// a stage to be released and refills it, so no consumer warp ever waits
+// on the other warpgroup's release. It gives its registers to the
+// consumers (setmaxnreg: 24 for it, 240 for them). Otherwise thread 128
+// loads between its own tiles: at D = 128 (248-255 registers, more than
+// 384 threads leave) and for softmax (whose kernels fit two 256-thread
+// blocks a multiprocessor at D = 64).
 #ifndef WSP
 #define WSP(D, PX) ((D) == 64 && (PX))
 #endif
@@ -379,12 +380,6 @@ __device__ __forceinline__ void issue_sat(float *s, float *aa, float *tt, int ar
 	else if (PX) wg_wait<2>();
 	else wg_wait<1>();
 }
-
-// Bool is a compile-time flag for generic lambdas (no <type_traits>
-// under NVRTC).
-template <bool B> struct Bool {
-	static constexpr bool value = B;
-};
 
 // row_max is the max over this thread's elements of accumulator row half
 // r (of an N-column tile in wgmma's C layout), as a tree: a chain of N/4
@@ -643,11 +638,12 @@ __device__ __forceinline__ void red_add2(float *p, float a, float b) {
 // tile's rows (spec section 4),
 //   dS = p (a - T + (tbar - t)(a - Bv)),  dT = -p (a - Bv),
 //   Pe = p (1 + tbar - t),
-// and dV += Pe^T dO, dK += scale dS^T Q + dT^T R from register operands.
-// With DQ it also stores scale dS and dT (bf16) in shared memory and adds
-// dQ = scale dS K and dR = dT K of its 64 keys to f32 buffers with
-// vector reductions: 8 products per tile instead of the 11 of a separate
-// dq kernel that recomputes S, T and A.
+// and dV += Pe^T dO, dK += scale dS^T Q + dT^T R from register operands
+// (as -dS with its scale, -dT and, Parallax, -scale Pe: see the
+// elementwise step). With DQ it also stores those -dS and -dT (bf16) in
+// shared memory and adds dQ = scale dS K and dR = dT K of its 64 keys to
+// f32 buffers with vector reductions: 8 products per tile instead of the
+// 11 of a separate dq kernel that recomputes S, T and A.
 // ---------------------------------------------------------------------
 template <int D, bool PX, bool DQ, int NS, bool OV, bool SF, bool TMA>
 __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 *K, const u16 *V, const u16 *G_,

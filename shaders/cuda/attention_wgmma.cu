@@ -295,6 +295,23 @@ __device__ __forceinline__ BlockIdx block_order() {
 	return r;
 }
 
+// kv_wait returns once K/V tile t of a row-parallel kernel is in shared
+// memory: with TMA by waiting on its full mbarrier; with cp.async after
+// issuing tile t + 1's loads, waiting for tile t's and meeting the block.
+template <int D, int BN, int NS, bool TMA>
+__device__ __forceinline__ void kv_wait(u32 aBar, u32 aK, u32 aV, const u16 *K, const u16 *V, int t, int ntiles, int t0,
+                                        int Lk, int tid) {
+	if (TMA) {
+		mbar_wait(aBar + 8 * (t % NS), (t / NS) & 1);
+		return;
+	}
+	if (t + 1 < ntiles) load_kv<D, BN, NS>(aK, aV, K, V, t + 1, t0, Lk, tid);
+	cp_async_commit();
+	cp_async_wait<1>();
+	async_fence();
+	__syncthreads();
+}
+
 // RowSpan is what a block of 128 query rows [m0, m0 + 128), two
 // warpgroups of 64, sees of the keys under the mask of spec section 1: the
 // block's key tiles of BN, and for this warpgroup's rows [w0, w0 + 64) the
@@ -478,16 +495,8 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 	const u32 wQ = aQ + wg * 64 * 128, wR = aR + wg * 64 * 128;
 
 	for (int t = 0; t < ntiles; t++) {
-		if (TMA) {
-			mbar_wait(aBar + 8 * (t % NS), (t / NS) & 1);
-			turn_take(wg);
-		} else {
-			if (t + 1 < ntiles) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, t + 1, t0, Lk, tid);
-			cp_async_commit();
-			cp_async_wait<1>();
-			async_fence();
-			__syncthreads();
-		}
+		kv_wait<D, BN, NS, TMA>(aBar, aK, aV, K + ko, V + ko, t, ntiles, t0, Lk, tid);
+		if (TMA) turn_take(wg);
 		auto pass_turn = [&]() {
 			if (TMA) turn_pass(wg, t == ntiles - 1);
 		};
@@ -1057,15 +1066,7 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	const u32 wQ = aQ + wg * 64 * 128, wG = aG + wg * 64 * 128, wR = aR + wg * 64 * 128;
 
 	for (int t = 0; t < ntiles; t++) {
-		if (TMA) {
-			mbar_wait(aBar + 8 * (t % NS), (t / NS) & 1);
-		} else {
-			if (t + 1 < ntiles) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, t + 1, t0, Lk, tid);
-			cp_async_commit();
-			cp_async_wait<1>();
-			async_fence();
-			__syncthreads();
-		}
+		kv_wait<D, BN, NS, TMA>(aBar, aK, aV, K + ko, V + ko, t, ntiles, t0, Lk, tid);
 		const int j0 = t0 + t * BN;
 		const bool live = j0 < wHi && j0 + BN > wLo;
 		if (TMA) turn_take(wg);

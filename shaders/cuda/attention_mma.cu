@@ -364,17 +364,8 @@ __device__ __forceinline__ void dq_impl(const u16 *Q, const u16 *R, const u16 *K
 		__syncthreads();
 	}
 	cp_async_wait<0>();
-#pragma unroll
-	for (int r = 0; r < 2; r++) {
-		int i = i0 + 8 * r;
-		if (i >= Lq) continue;
-#pragma unroll
-		for (int n = 0; n < D / 8; n++) {
-			int c = n * 8 + tq * 2;
-			*(u32 *)(DQ + qo + (i64)i * D + c) = pack2(aq[n][2 * r] * scale, aq[n][2 * r + 1] * scale);
-			if (PX) *(u32 *)(DR + qo + (i64)i * D + c) = pack2(ar[n][2 * r], ar[n][2 * r + 1]);
-		}
-	}
+	store_rows<D>(DQ + qo, aq[0], scale, i0, Lq, tq);
+	if (PX) store_rows<D>(DR + qo, ar[0], 1.0f, i0, Lq, tq);
 }
 
 // ---------------------------------------------------------------------
@@ -523,17 +514,8 @@ __device__ __forceinline__ void dkv_impl(const u16 *Q, const u16 *R, const u16 *
 		__syncthreads();
 	}
 	cp_async_wait<0>();
-#pragma unroll
-	for (int r = 0; r < 2; r++) {
-		int j = jr0 + 8 * r;
-		if (j >= Lk) continue;
-#pragma unroll
-		for (int n = 0; n < D / 8; n++) {
-			int c = n * 8 + tq * 2;
-			*(u32 *)(DK + ko + (i64)j * D + c) = pack2(ak[n][2 * r], ak[n][2 * r + 1]);
-			*(u32 *)(DV + ko + (i64)j * D + c) = pack2(av[n][2 * r], av[n][2 * r + 1]);
-		}
-	}
+	store_rows<D>(DK + ko, ak[0], 1.0f, jr0, Lk, tq);
+	store_rows<D>(DV + ko, av[0], 1.0f, jr0, Lk, tq);
 }
 
 #define BWD(D, BN, BQ)                                                                                                  \

@@ -224,6 +224,16 @@ __device__ __forceinline__ void pipe_release(u32 bar, int t, int ntiles, F load)
 	}
 }
 
+// tile_done ends tile t of a streaming loop: with TMA it releases the
+// tile's stage (pipe_release); with cp.async and two stages the block
+// meets, as the next load targets this tile's buffer (with three or more
+// it targets tile t - 2's, which every thread is done with).
+template <int NS, bool WS, bool TMA, typename F>
+__device__ __forceinline__ void tile_done(u32 bar, int t, int ntiles, F load) {
+	if (TMA) pipe_release<NS, WS>(bar, t, ntiles, load);
+	else if (NS == 2) __syncthreads();
+}
+
 // tma_kv_tile has the calling thread issue K/V tile (BN keys from j0, of
 // the tensor maps' head bhk) into stage buf: K at aK + buf BN D 2, V at
 // aV + buf VB, each D/64 panels of BN rows loaded as BN/64 boxes of 64
@@ -595,11 +605,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 			}
 			wg_wait<0>();
 		}
-		if (TMA) {
-			pipe_release<NS, WS>(aBar, t, ntiles, tma_kv);
-		} else if (NS == 2) {
-			__syncthreads(); // with three buffers the next load targets tile t - 2's
-		}
+		tile_done<NS, WS, TMA>(aBar, t, ntiles, tma_kv);
 	}
 	cp_async_wait<0>();
 	// fwd_store's log-sum-exp takes the max in log2 units
@@ -935,26 +941,12 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 				}
 			}
 		}
-		if (TMA) {
-			pipe_release<NS, WS>(aBar, t, ntiles, tma_tile);
-		} else if (NS == 2) {
-			__syncthreads();
-		}
+		tile_done<NS, WS, TMA>(aBar, t, ntiles, tma_tile);
 	}
 	cp_async_wait<0>();
-#pragma unroll
-	for (int r = 0; r < 2; r++) {
-		int j = jr0 + 8 * r;
-		if (j >= Lk) continue;
-#pragma unroll
-		for (int n = 0; n < D / 8; n++) {
-			int c = n * 8 + tq * 2;
-			// ak is -dK; av is -scale dV (Parallax) or dV
-			const float f = PX ? -1.0f / scale : 1.0f;
-			*(u32 *)(DK + ko + (i64)j * D + c) = pack2(-ak[n * 4 + 2 * r], -ak[n * 4 + 2 * r + 1]);
-			*(u32 *)(DV + ko + (i64)j * D + c) = pack2(f * av[n * 4 + 2 * r], f * av[n * 4 + 2 * r + 1]);
-		}
-	}
+	// ak is -dK; av is -scale dV (Parallax) or dV
+	store_rows<D>(DK + ko, ak, -1.0f, jr0, Lk, tq);
+	store_rows<D>(DV + ko, av, PX ? -1.0f / scale : 1.0f, jr0, Lk, tq);
 }
 
 #define WDKV(D, PXN, PX, DQ, SUF)                                                                                       \
@@ -1128,24 +1120,11 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 			wg_commit();
 			wg_wait<0>();
 		}
-		if (TMA) {
-			pipe_release<NS, WS>(aBar, t, ntiles, tma_kv);
-		} else if (NS == 2) {
-			__syncthreads();
-		}
+		tile_done<NS, WS, TMA>(aBar, t, ntiles, tma_kv);
 	}
 	cp_async_wait<0>();
-#pragma unroll
-	for (int r = 0; r < 2; r++) {
-		int i = i0 + 8 * r;
-		if (i >= Lq) continue;
-#pragma unroll
-		for (int n = 0; n < D / 8; n++) {
-			int c = n * 8 + tq * 2;
-			*(u32 *)(DQ + qo + (i64)i * D + c) = pack2(scale * dq[n * 4 + 2 * r], scale * dq[n * 4 + 2 * r + 1]);
-			if (PX) *(u32 *)(DR + qo + (i64)i * D + c) = pack2(-dr[n * 4 + 2 * r], -dr[n * 4 + 2 * r + 1]);
-		}
-	}
+	store_rows<D>(DQ + qo, dq, scale, i0, Lq, tq); // dq: sum p f k, dS / scale
+	if (PX) store_rows<D>(DR + qo, dr, -1.0f, i0, Lq, tq); // dr: -dR
 }
 
 #define WDQ(D, BN, SUF)                                                                                                 \

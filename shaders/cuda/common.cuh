@@ -226,6 +226,22 @@ __device__ __forceinline__ void fwd_store(const float *o1, const float *o2, floa
 	}
 }
 
+// store_rows writes f times a thread's two accumulator rows row0 and
+// row0 + 8 (those below n) of a D-column tile in mma.sync's C layout
+// (element 4 j + 2 r + e: row half r, column 8 j + 2 tq + e) as bf16 to
+// the rows of dst (D elements apart).
+template <int D>
+__device__ __forceinline__ void store_rows(u16 *dst, const float *acc, float f, int row0, int n, int tq) {
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		const int i = row0 + 8 * r;
+		if (i >= n) continue;
+#pragma unroll
+		for (int j = 0; j < D / 8; j++)
+			*(u32 *)(dst + (i64)i * D + j * 8 + tq * 2) = pack2(f * acc[j * 4 + 2 * r], f * acc[j * 4 + 2 * r + 1]);
+	}
+}
+
 // cp_async16 copies 16 bytes global -> shared, reading src_bytes of them
 // (0 or 16) and zero-filling the rest.
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {

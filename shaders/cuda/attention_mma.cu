@@ -83,12 +83,7 @@ __device__ __forceinline__ void fwd_impl(const u16 *Q, const u16 *R, const u16 *
 	const float sl2 = scale * LOG2E;
 	const int i0 = m0 + warp * 16 + g;
 	int hiR[2], loR[2];
-#pragma unroll
-	for (int r = 0; r < 2; r++) {
-		int i = i0 + 8 * r;
-		hiR[r] = causal ? min(Lk, i + off + 1) : Lk;
-		loR[r] = (causal && window > 0) ? i + off + 1 - window : 0;
-	}
+	row_keys(i0, off, Lk, causal, window, hiR, loR);
 
 	for (int t = 0; t < ntiles; t++) {
 		if (t + 1 < ntiles) {
@@ -259,12 +254,11 @@ __device__ __forceinline__ void dq_impl(const u16 *Q, const u16 *R, const u16 *K
 	const float sl2 = scale * LOG2E;
 	const int i0 = m0 + warp * 16 + g;
 	int hiR[2], loR[2];
+	row_keys(i0, off, Lk, causal, window, hiR, loR);
 	float lse2[2], Ti[2], Bi[2], tbi[2];
 #pragma unroll
 	for (int r = 0; r < 2; r++) {
 		int i = i0 + 8 * r;
-		hiR[r] = causal ? min(Lk, i + off + 1) : Lk;
-		loR[r] = (causal && window > 0) ? i + off + 1 - window : 0;
 		bool ok = i < Lq;
 		lse2[r] = ok ? LSE[so + i] * LOG2E : 0.0f;
 		Ti[r] = ok ? T[so + i] : 0.0f;

@@ -496,12 +496,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 	const float sl2 = scale * LOG2E, slk = SLACK / sl2;
 	const int i0 = w0 + warp * 16 + g;
 	int hiR[2], loR[2];
-#pragma unroll
-	for (int r = 0; r < 2; r++) {
-		int i = i0 + 8 * r;
-		hiR[r] = causal ? min(Lk, i + off + 1) : Lk;
-		loR[r] = (causal && window > 0) ? i + off + 1 - window : 0;
-	}
+	row_keys(i0, off, Lk, causal, window, hiR, loR);
 	const u32 wQ = aQ + wg * 64 * 128, wR = aR + wg * 64 * 128;
 
 	for (int t = 0; t < ntiles; t++) {
@@ -1036,13 +1031,12 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	const float sl2 = scale * LOG2E;
 	const int i0 = w0 + warp * 16 + g;
 	int hiR[2], loR[2];
+	row_keys(i0, off, Lk, causal, window, hiR, loR);
 	float lse[2], tr[2], bv[2], tbr[2];
 #pragma unroll
 	for (int r = 0; r < 2; r++) {
 		int i = i0 + 8 * r;
 		bool ok = i < Lq;
-		hiR[r] = causal ? min(Lk, i + off + 1) : Lk;
-		loR[r] = (causal && window > 0) ? i + off + 1 - window : 0;
 		float l = ok ? LSE[so + i] : NEG_INF;
 		lse[r] = l == NEG_INF ? __int_as_float(0x7f800000) : l * LOG2E; // no key: p = 0
 		bv[r] = ok && PX ? BV[so + i] : 0.0f;

@@ -168,6 +168,17 @@ __device__ __forceinline__ float quad_sum(float v) {
 	return v;
 }
 
+// row_keys gives rows i0 and i0 + 8 the keys [lo[r], hi[r]) they see
+// under the mask of spec section 1 (off = Lk - Lq).
+__device__ __forceinline__ void row_keys(int i0, int off, int Lk, int causal, int window, int *hi, int *lo) {
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		const int i = i0 + 8 * r;
+		hi[r] = causal ? min(Lk, i + off + 1) : Lk;
+		lo[r] = (causal && window > 0) ? i + off + 1 - window : 0;
+	}
+}
+
 // ColSpan is what the dk/dv kernels' block of BK keys [j0, j0 + BK) sees
 // of the queries under the mask of spec section 1: nq tiles of BQ rows
 // from q0 (a multiple of BQ), per query head; off = Lk - Lq.

@@ -193,15 +193,6 @@ template <typename F> __device__ __forceinline__ bool producer_split(int wg, F p
 	return true;
 }
 
-// pipe_start, after every thread's cp.async data is visible, makes the
-// barriers' initialisation visible, has the loader (WS: none here) issue
-// the first NS tiles with load(t) and gives warpgroup 0 the first turn.
-template <int NS, bool WS, typename F> __device__ __forceinline__ void pipe_start(int ntiles, int wg, F load) {
-	__syncthreads();
-	if (!WS && threadIdx.x == 128)
-		for (int i = 0; i < NS && i < ntiles; i++) load(i);
-	if (wg == 1) turn_pass(wg, false);
-}
 // pipe_produce is the producer warp's loop (WS, one lane): every tile in
 // order, each once its stage's previous tile is released.
 template <int NS, typename F> __device__ __forceinline__ void pipe_produce(u32 bar, int ntiles, F load) {
@@ -209,6 +200,24 @@ template <int NS, typename F> __device__ __forceinline__ void pipe_produce(u32 b
 		if (t >= NS) mbar_wait(bar + 8 * (NS + t % NS), (t / NS - 1) & 1);
 		load(t);
 	}
+}
+// pipe_start, once every thread has issued its prologue cp.async copies,
+// waits for them and makes them and the barriers' initialisation visible
+// to the block. Then, with a producer warpgroup (WS), that warpgroup
+// splits off to load every tile and its threads get false (they return);
+// without, the loader (thread 128) issues the first NS tiles. Warpgroup 0
+// gets the first turn.
+template <int NS, bool WS, typename F> __device__ __forceinline__ bool pipe_start(u32 bar, int ntiles, int wg, F load) {
+	cp_async_wait<0>();
+	async_fence();
+	__syncthreads();
+	if (WS) {
+		if (!producer_split(wg, [&]() { pipe_produce<NS>(bar, ntiles, load); })) return false;
+	} else if (threadIdx.x == 128) {
+		for (int i = 0; i < NS && i < ntiles; i++) load(i);
+	}
+	if (wg == 1) turn_pass(wg, false);
+	return true;
 }
 // pipe_release marks tile t's stage free (every consumer thread, once
 // done with it); without a producer warp the loader (thread 128, of the
@@ -223,6 +232,7 @@ __device__ __forceinline__ void pipe_release(u32 bar, int t, int ntiles, F load)
 		load(t + NS);
 	}
 }
+
 
 // tile_done ends tile t of a streaming loop: with TMA it releases the
 // tile's stage (pipe_release); with cp.async and two stages the block
@@ -477,12 +487,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 		for (int k = tid; k < NS * BN * 32 && tid < 256; k += 256)
 			*(u32 *)(gV + (k / (BN * 32)) * VB + KB + (k % (BN * 32)) * 4) = 0x3f803f80u;
 	}
-	if (TMA) {
-		cp_async_wait<0>();
-		async_fence();
-		pipe_start<NS, WS>(ntiles, wg, tma_kv);
-		if (WS && !producer_split(wg, [&]() { pipe_produce<NS>(aBar, ntiles, tma_kv); })) return;
-	}
+	if (TMA && !pipe_start<NS, WS>(aBar, ntiles, wg, tma_kv)) return; // (the producer warpgroup)
 
 	float o1[NO / 2], o2[PX ? NO / 2 : 1];
 #pragma unroll
@@ -724,10 +729,7 @@ __device__ __forceinline__ void wdkv_impl(const u16 *Q, const u16 *R, const u16 
 	};
 	if (TMA) {
 		cp_async_commit();
-		cp_async_wait<0>();
-		async_fence();
-		pipe_start<NS, WS>(ntiles, wg, tma_tile);
-		if (WS && !producer_split(wg, [&]() { pipe_produce<NS>(aBar, ntiles, tma_tile); })) return;
+		if (!pipe_start<NS, WS>(aBar, ntiles, wg, tma_tile)) return; // (the producer warpgroup)
 	} else {
 		if (ntiles > 0) load_tile(0, 0);
 		cp_async_commit();
@@ -1021,12 +1023,7 @@ __device__ __forceinline__ void wdq_impl(const u16 *Q, const u16 *R, const u16 *
 	if (TMA) pipe_init<NS>(aBar);
 	else if (ntiles > 0) load_kv<D, BN, NS>(aK, aV, K + ko, V + ko, 0, t0, Lk, tid);
 	cp_async_commit();
-	if (TMA) {
-		cp_async_wait<0>();
-		async_fence();
-		pipe_start<NS, WS>(ntiles, wg, tma_kv);
-		if (WS && !producer_split(wg, [&]() { pipe_produce<NS>(aBar, ntiles, tma_kv); })) return;
-	}
+	if (TMA && !pipe_start<NS, WS>(aBar, ntiles, wg, tma_kv)) return; // (the producer warpgroup)
 
 	const float sl2 = scale * LOG2E;
 	const int i0 = w0 + warp * 16 + g;

@@ -311,16 +311,25 @@ func CheckKVAppend(cache, x *Tensor, start int) (b, h, n, capacity, d int, err e
 	return
 }
 
-// CheckCrossEntropy validates CrossEntropy and returns (N, V).
-func CheckCrossEntropy(loss, dLogits, logits, targets *Tensor) (n, v int, err error) {
+// CheckCrossEntropy validates CrossEntropy and returns N, the row width W
+// of logits [N, W] and the number of classes C (o.Classes, or W when it is
+// 0), with 0 <= C <= W. The targets' values are the backends' to check
+// (they live on the device): each must lie in [0, C) or be o.IgnoreIndex.
+func CheckCrossEntropy(loss, dLogits, logits, targets *Tensor, o CrossEntropyOpts) (n, w, classes int, err error) {
 	const op = "cross entropy"
-	if err = need(op, "logits", logits, 2, "[N,V]"); err != nil {
+	if err = need(op, "logits", logits, 2, "[N,W]"); err != nil {
 		return
 	}
 	if err = needFloat(op, "logits", logits); err != nil {
 		return
 	}
-	n, v = logits.Dim(0), logits.Dim(1)
+	n, w = logits.Dim(0), logits.Dim(1)
+	if o.Classes < 0 || o.Classes > w {
+		err = argErr(op, "", "classes %d must be 0 (every column) or lie in [1, %d], the row width of logits %v",
+			o.Classes, w, logits)
+		return
+	}
+	classes = o.ClassCount(w)
 	if err = need(op, "targets", targets, 1, "I32 [N]"); err != nil {
 		return
 	}

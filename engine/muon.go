@@ -16,39 +16,109 @@ const (
 // A = X X^T, B = b A + c A A, X = a X + B X
 // (for a tall X the equivalent A = X^T X, X = a X + X B keeps the Gram
 // matrix min(rows, cols) square). Singular values land in about [0.68, 1.2].
-// It is built from MatMul, AddScaled and FrobeniusNormalize, so every backend
-// gets it; scratch tensors of out's dtype are allocated and freed per call.
+// Every matrix of a batch is normalised and iterated on its own. The
+// iterates and products are stored at out's dtype (g may be another one);
+// out may alias g. It is built from MatMul, AddScaled and
+// FrobeniusNormalize, so every backend gets it; scratch tensors of out's
+// dtype are allocated and freed per call (an NSWorkspace keeps them).
 func NewtonSchulz(dev Device, out, g *Tensor, steps int) error {
+	if err := checkNewtonSchulz(out, g, steps); err != nil {
+		return err
+	}
+	w, err := NewNSWorkspace(dev, out.DType(), g.Shape()...)
+	if err != nil {
+		return err
+	}
+	defer w.Free()
+	return w.run(out, g, steps)
+}
+
+func checkNewtonSchulz(out, g *Tensor, steps int) error {
 	if out == nil || g == nil || g.Rank() < 2 || !out.Shape().Equal(g.Shape()) {
 		return fmt.Errorf("newton-schulz: want g of rank >= 2 and out of the same shape, got g %v, out %v", g, out)
 	}
 	if steps < 0 {
 		return fmt.Errorf("newton-schulz: steps %d < 0", steps)
 	}
-	rows, cols := g.Dim(-2), g.Dim(-1)
-	tall := rows > cols
-	k := min(rows, cols)
-	batch := g.Shape()[:g.Rank()-2]
-	gram := append(batch.Clone(), k, k)
-	dt := out.DType()
-	a, err := dev.Alloc(dt, gram...)
-	if err != nil {
-		return fmt.Errorf("newton-schulz: %w", err)
+	return nil
+}
+
+// NSWorkspace holds NewtonSchulz's scratch tensors (two Gram-sized, one
+// matrix-sized) for one shape and dtype, so that repeated orthogonalisations
+// allocate nothing. It is not safe for concurrent use.
+type NSWorkspace struct {
+	dev     Device
+	dt      DType
+	shape   Shape
+	a, b, y *Tensor
+}
+
+// NewNSWorkspace allocates the scratch of NewtonSchulz for inputs of the
+// given shape (a matrix or a batch of them, rank >= 2) and outputs of dtype
+// dt.
+func NewNSWorkspace(dev Device, dt DType, shape ...int) (*NSWorkspace, error) {
+	s := Shape(shape).Clone()
+	if len(s) < 2 {
+		return nil, fmt.Errorf("newton-schulz workspace: want a shape of rank >= 2, got %v", s)
 	}
-	defer dev.Free(a)
-	b, err := dev.Alloc(dt, gram...)
-	if err != nil {
-		return fmt.Errorf("newton-schulz: %w", err)
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("newton-schulz workspace: %w", err)
 	}
-	defer dev.Free(b)
-	y, err := dev.Alloc(dt, g.Shape()...)
-	if err != nil {
-		return fmt.Errorf("newton-schulz: %w", err)
+	if !dt.IsFloat() {
+		return nil, fmt.Errorf("newton-schulz workspace: want a floating dtype, got %v", dt)
 	}
-	defer dev.Free(y)
+	k := min(s[len(s)-2], s[len(s)-1])
+	gram := append(s[:len(s)-2].Clone(), k, k)
+	w := &NSWorkspace{dev: dev, dt: dt, shape: s}
+	var err error
+	if w.a, err = dev.Alloc(dt, gram...); err == nil {
+		if w.b, err = dev.Alloc(dt, gram...); err == nil {
+			w.y, err = dev.Alloc(dt, s...)
+		}
+	}
+	if err != nil {
+		w.Free()
+		return nil, fmt.Errorf("newton-schulz: %w", err)
+	}
+	return w, nil
+}
+
+// DType is the dtype of the workspace's iterates (NewtonSchulz's out).
+func (w *NSWorkspace) DType() DType { return w.dt }
+
+// Shape is the input shape the workspace serves.
+func (w *NSWorkspace) Shape() Shape { return w.shape.Clone() }
+
+// NewtonSchulz is engine.NewtonSchulz with w's scratch: g and out must have
+// w's shape and out w's dtype; out may alias g (in place).
+func (w *NSWorkspace) NewtonSchulz(out, g *Tensor, steps int) error {
+	if err := checkNewtonSchulz(out, g, steps); err != nil {
+		return err
+	}
+	if !g.Shape().Equal(w.shape) || out.DType() != w.dt {
+		return fmt.Errorf("newton-schulz: the workspace serves g of shape %v and out of dtype %v, got g %v, out %v", w.shape, w.dt, g, out)
+	}
+	return w.run(out, g, steps)
+}
+
+// Free releases the scratch; w must not be used afterwards.
+func (w *NSWorkspace) Free() {
+	for _, t := range []*Tensor{w.a, w.b, w.y} {
+		if t != nil {
+			w.dev.Free(t)
+		}
+	}
+	w.a, w.b, w.y = nil, nil, nil
+}
+
+// run is NewtonSchulz on validated operands.
+func (w *NSWorkspace) run(out, g *Tensor, steps int) error {
+	dev, a, b, y := w.dev, w.a, w.b, w.y
+	tall := g.Dim(-2) > g.Dim(-1)
 	if err := dev.FrobeniusNormalize(out, g, 1e-7); err != nil {
 		return fmt.Errorf("newton-schulz: %w", err)
 	}
+	var err error
 	for range steps {
 		if tall {
 			err = dev.MatMul(a, out, out, MatMulOpts{TransA: true})

@@ -71,11 +71,21 @@ type Ops interface {
 	// the cache's dtype; an I32 cache takes I32 rows.
 	KVAppend(cache, x *Tensor, start int) error
 
-	// CrossEntropy is fused softmax cross-entropy over logits [N, V] with
-	// targets I32 [N]: loss[n] = logsumexp(logits[n]) - logits[n, t_n], F32
-	// [N], 0 where t_n == IgnoreIndex. If dLogits is not nil it receives
-	// GradScale * (softmax(logits[n]) - onehot(t_n)) (zero rows where
-	// ignored); dLogits may alias logits.
+	// CrossEntropy is fused softmax cross-entropy over logits [N, W] with
+	// targets I32 [N]. The classes are the first C = o.Classes columns of
+	// each row (C = W when o.Classes is 0); columns [C, W) are padding (a
+	// vocabulary rounded up for aligned matmul tiles) that is never read:
+	//
+	//	loss[n] = logsumexp(logits[n, :C]) - logits[n, t_n]
+	//	        = log sum_{j<C} exp(logits[n, j]) - logits[n, t_n],
+	//
+	// F32 [N], 0 where t_n == IgnoreIndex; any other target outside [0, C)
+	// is an error. If dLogits [N, W] is not nil it receives, for j < C,
+	//
+	//	dLogits[n, j] = GradScale * (softmax(logits[n, :C])_j - [j == t_n]),
+	//
+	// and exactly 0 in the pad columns j >= C and in ignored rows; dLogits
+	// may alias logits.
 	CrossEntropy(loss, dLogits, logits, targets *Tensor, o CrossEntropyOpts) error
 
 	// Attention is softmax attention (A.R == nil) or Parallax attention
@@ -154,6 +164,26 @@ type MatMulOpts struct {
 type CrossEntropyOpts struct {
 	IgnoreIndex int32   // targets equal to this are skipped; conventionally -100
 	GradScale   float32 // multiplies dLogits, typically 1/(number of counted targets)
+	// Classes is the number C of leading columns of logits [N, W] that are
+	// classes; 0 means all W. With 0 < C <= W the softmax runs over
+	// columns [0, C) only: loss[n] = logsumexp(logits[n, :C]) -
+	// logits[n, t_n], a target in [C, W) (and not IgnoreIndex) is an error
+	// like any other out-of-range target, and dLogits[n, j] =
+	// GradScale (softmax(logits[n, :C])_j - [j == t_n]) for j < C and
+	// exactly 0 for the pad columns C <= j < W, whatever logits holds
+	// there (pad logits are never read, so they need not be finite).
+	// Negative values and values above W are argument errors.
+	Classes int
+}
+
+// ClassCount returns the effective number of classes of a logits row of
+// width w: o.Classes, or w when o.Classes is 0. It does not validate;
+// CheckCrossEntropy does.
+func (o CrossEntropyOpts) ClassCount(w int) int {
+	if o.Classes == 0 {
+		return w
+	}
+	return o.Classes
 }
 
 // AttentionOpts are the masking and scaling options shared by the attention

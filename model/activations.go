@@ -56,7 +56,7 @@ type Activations struct {
 	qn, kn, rn   *engine.Tensor // per-head normed q, k, r before the swap [B, T, H, D] (scratch)
 	vn           *engine.Tensor // v projection [B, T, Hkv, D] (scratch)
 	lnf, lnfRstd *engine.Tensor // model.norm(x) [N, d]; F32 [N]
-	logits       *engine.Tensor // F32 [N, V] (dLogits in place after Backward)
+	logits       *engine.Tensor // [N, PadVocab]: F32, or the compute dtype in training (dLogits in place after Backward)
 	loss         *engine.Tensor // F32 [N] per-token loss
 	cor          *engine.Tensor // F32 [1] scratch for CorrectionRatio
 	grads        *gradActs      // allocated by the first Backward
@@ -64,7 +64,7 @@ type Activations struct {
 	// The head over each sequence's last position only (generation).
 	lastIdx            *engine.Tensor // I32 [B]: row b*T + T-1
 	lastRows, lastNorm *engine.Tensor // [B, d]
-	lastLogits         *engine.Tensor // F32 [B, V]
+	lastLogits         *engine.Tensor // F32 [B, PadVocab]
 
 	// State of the last forward through these buffers.
 	posStart   int  // first position of pos
@@ -150,7 +150,14 @@ func (m *Model) newActivations(B, T int, train bool) (*Activations, error) {
 		a.rn = al.t(dt, B, T, hq, D)
 	}
 	a.lnf, a.lnfRstd = al.t(dt, N, d), al.t(engine.F32, N)
-	a.logits = al.t(engine.F32, N, c.Vocab)
+	// Training logits are in the compute dtype (the head's output and, in
+	// place, dLogits, both read by bf16 products in the backward); the
+	// cross-entropy works in f32 internally. Inference keeps f32 logits.
+	ldt := engine.F32
+	if train {
+		ldt = dt
+	}
+	a.logits = al.t(ldt, N, m.padV)
 	a.loss = al.t(engine.F32, N)
 	a.cor = al.t(engine.F32, 1)
 	if al.err != nil {

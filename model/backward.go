@@ -45,10 +45,13 @@ func (m *Model) Backward(lossScale float32) error {
 	if a.count > 0 {
 		scale = lossScale / float32(a.count)
 	}
-	r.crossEntropy(a.loss, a.logits, a.logits, a.targets,
-		engine.CrossEntropyOpts{IgnoreIndex: IgnoreIndex, GradScale: scale})
+	r.crossEntropy(a.loss, a.logits, a.logits, a.targets, m.ceOpts(scale))
 	a.logitsGone = true
-	r.linearBackward(g.dln, hw.G, a.logits, a.lnf, hw.W, false)
+	if m.padV != c.Vocab {
+		m.headBackwardPadded(r, g.dln, hw, a)
+	} else {
+		r.linearBackward(g.dln, hw.G, a.logits, a.lnf, hw.compute(), false)
+	}
 	r.rmsnormBackward(g.dres, m.Norm.G, g.dln, a.res[c.Layers], m.Norm.W, a.lnfRstd)
 	m.gradsReady(r, 0) // the final norm's and the untied head's
 
@@ -78,15 +81,15 @@ func (m *Model) blockBackward(r *rec, l int, a *Activations, x *engine.Tensor) {
 	qd, kvd := c.QDim(), c.KVDim()
 
 	// MLP: out = mid + W_down act, act = silu(gate) * up, gate/up = W h2.
-	r.linearBackward(g.dh, blk.Down.G, g.dres, la.act, blk.Down.W, false)
+	r.linearBackward(g.dh, blk.Down.G, g.dres, la.act, blk.Down.compute(), false)
 	r.swigluBackward(g.dgate, g.dup, g.dh, la.gate, la.up)
-	r.linearBackward(g.dln, blk.Gate.G, g.dgate, la.ln2, blk.Gate.W, false)
-	r.linearBackward(g.dln, blk.Up.G, g.dup, la.ln2, blk.Up.W, true)
+	r.linearBackward(g.dln, blk.Gate.G, g.dgate, la.ln2, blk.Gate.compute(), false)
+	r.linearBackward(g.dln, blk.Up.G, g.dup, la.ln2, blk.Up.compute(), true)
 	r.rmsnormBackward(g.dtmp, blk.PostNorm.G, g.dln, la.mid, blk.PostNorm.W, la.ln2Rstd)
 	r.add(g.dres, g.dres, g.dtmp) // g.dres = dL/dmid
 
 	// Attention: mid = x + W_O attT.
-	r.linearBackward(mat(g.dattT, qd), blk.O.G, g.dres, mat(la.attT, qd), blk.O.W, false)
+	r.linearBackward(mat(g.dattT, qd), blk.O.G, g.dres, mat(la.attT, qd), blk.O.compute(), false)
 	r.swap(g.datt, g.dattT)
 	r.attentionBackward(engine.AttentionBackwardArgs{Q: la.qh, K: la.kh, V: la.vh, R: la.rh,
 		O: la.att, DO: g.datt, LSE: la.lse, Vbar: la.vbar, Tbar: la.tbar,
@@ -103,22 +106,46 @@ func (m *Model) blockBackward(r *rec, l int, a *Activations, x *engine.Tensor) {
 	r.swap(g.dv, g.dvh)
 
 	// The projections share their input h = ln1: their input grads add up.
-	r.linearBackward(g.dln, blk.Q.G, mat(g.dq, qd), la.ln1, blk.Q.W, false)
-	r.linearBackward(g.dln, blk.K.G, mat(g.dk, kvd), la.ln1, blk.K.W, true)
-	r.linearBackward(g.dln, blk.V.G, mat(g.dv, kvd), la.ln1, blk.V.W, true)
+	r.linearBackward(g.dln, blk.Q.G, mat(g.dq, qd), la.ln1, blk.Q.compute(), false)
+	r.linearBackward(g.dln, blk.K.G, mat(g.dk, kvd), la.ln1, blk.K.compute(), true)
+	r.linearBackward(g.dln, blk.V.G, mat(g.dv, kvd), la.ln1, blk.V.compute(), true)
 	if c.Parallax() {
 		r.ropeBackward(g.drh, a.pos, theta)
 		r.swap(a.rn, g.drh)
 		if c.ProbeGate {
 			// g.dq is free again: it receives dL/d(normed r) before the gate.
 			r.headGateBackward(g.dq, g.dgz, a.rn, la.rn, la.gz)
-			r.linearBackward(g.dln, blk.RGate.G, mat(g.dgz, c.Heads), la.ln1, blk.RGate.W, true)
+			r.linearBackward(g.dln, blk.RGate.G, mat(g.dgz, c.Heads), la.ln1, blk.RGate.compute(), true)
 			r.rmsnormBackward(g.dr, blk.RNorm.G, g.dq, la.r, blk.RNorm.W, la.rRstd)
 		} else {
 			r.rmsnormBackward(g.dr, blk.RNorm.G, a.rn, la.r, blk.RNorm.W, la.rRstd)
 		}
-		r.linearBackward(g.dln, blk.R.G, mat(g.dr, qd), la.ln1, blk.R.W, true)
+		r.linearBackward(g.dln, blk.R.G, mat(g.dr, qd), la.ln1, blk.R.compute(), true)
 	}
 	r.rmsnormBackward(g.dtmp, blk.InputNorm.G, g.dln, x, blk.InputNorm.W, la.ln1Rstd)
 	r.add(g.dres, g.dres, g.dtmp) // g.dres = dL/dx
+}
+
+// headBackwardPadded is the head's backward over a padded vocabulary:
+// dx = dLogits W_pad, and the weight gradient of the PadVocab rows into a
+// scratch that is then added row by row into the [Vocab, d] gradient (an
+// embedding backward with the padding's row map; the pad rows' gradient is
+// exactly zero, since the cross-entropy writes zero to the pad columns).
+func (m *Model) headBackwardPadded(r *rec, dx *engine.Tensor, hw *Param, a *Activations) {
+	if r.err != nil {
+		return
+	}
+	if m.headGrad == nil {
+		t, err := m.Dev.Alloc(engine.F32, m.padV, m.Config.Dim)
+		if err != nil {
+			r.fail("head gradient scratch", err)
+			return
+		}
+		m.headGrad = t
+	}
+	r.fail("linear backward (input)", m.Dev.MatMul(dx, a.logits, hw.compute(), engine.MatMulOpts{}))
+	if r.err == nil {
+		r.fail("linear backward (weight)", m.Dev.MatMul(m.headGrad, a.logits, a.lnf, engine.MatMulOpts{TransA: true}))
+	}
+	r.embeddingBackward(hw.G, m.padIDs, m.headGrad)
 }

@@ -120,7 +120,8 @@ func (m *Model) upload(a *Activations, tokens, targets []int32, start int) error
 func (m *Model) forward(a *Activations, cache *KVCache, last bool) error {
 	c := m.Config
 	r := &rec{dev: m.Dev}
-	r.embedding(a.res[0], m.Embed.W, a.ids)
+	m.refreshCompute(r)
+	r.embedding(a.res[0], m.Embed.compute(), a.ids)
 	for l := range c.Layers {
 		r.where = fmt.Sprintf("layer %d", l)
 		x := a.res[l%len(a.res)]
@@ -138,13 +139,13 @@ func (m *Model) forward(a *Activations, cache *KVCache, last bool) error {
 		// gather is the same.
 		r.embedding(a.lastRows, final, a.lastIdx)
 		r.rmsnorm(a.lastNorm, nil, a.lastRows, m.Norm.W, float32(c.NormEps))
-		r.linear(a.lastLogits, a.lastNorm, m.HeadWeight().W)
+		r.linear(a.lastLogits, a.lastNorm, m.HeadWeight().compute())
 		return r.err
 	}
 	r.rmsnorm(a.lnf, a.lnfRstd, final, m.Norm.W, float32(c.NormEps))
-	r.linear(a.logits, a.lnf, m.HeadWeight().W)
+	r.linear(a.logits, a.lnf, m.HeadWeight().compute())
 	if a.haveLoss {
-		r.crossEntropy(a.loss, nil, a.logits, a.targets, engine.CrossEntropyOpts{IgnoreIndex: IgnoreIndex})
+		r.crossEntropy(a.loss, nil, a.logits, a.targets, m.ceOpts(0))
 	}
 	return r.err
 }
@@ -157,7 +158,7 @@ func (m *Model) allocLast(a *Activations) error {
 	al := &alloc{dev: m.Dev}
 	lastIdx := al.t(engine.I32, a.B)
 	lastRows, lastNorm := al.t(m.DType, a.B, m.Config.Dim), al.t(m.DType, a.B, m.Config.Dim)
-	lastLogits := al.t(engine.F32, a.B, m.Config.Vocab)
+	lastLogits := al.t(engine.F32, a.B, m.padV)
 	if al.err != nil {
 		al.fail()
 		return al.err
@@ -186,9 +187,9 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 	qd, kvd := c.QDim(), c.KVDim()
 
 	r.rmsnorm(la.ln1, la.ln1Rstd, x, blk.InputNorm.W, eps)
-	r.linear(mat(la.q, qd), la.ln1, blk.Q.W)
-	r.linear(mat(la.k, kvd), la.ln1, blk.K.W)
-	r.linear(mat(a.vn, kvd), la.ln1, blk.V.W)
+	r.linear(mat(la.q, qd), la.ln1, blk.Q.compute())
+	r.linear(mat(la.k, kvd), la.ln1, blk.K.compute())
+	r.linear(mat(a.vn, kvd), la.ln1, blk.V.compute())
 	// Per-head RMSNorm before RoPE, then [B, T, H, D] -> [B, H, T, D].
 	r.rmsnorm(a.qn, la.qRstd, la.q, blk.QNorm.W, eps)
 	r.swap(la.qh, a.qn)
@@ -198,13 +199,13 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 	r.rope(la.kh, a.pos, theta)
 	r.swap(la.vh, a.vn)
 	if c.Parallax() {
-		r.linear(mat(la.r, qd), la.ln1, blk.R.W)
+		r.linear(mat(la.r, qd), la.ln1, blk.R.compute())
 		if c.ProbeGate {
 			// r = sigmoid(w_g . h) r per token and head, after the norm
 			// (which would undo it) and before RoPE (a per-head scalar
 			// commutes with the rotation).
 			r.rmsnorm(la.rn, la.rRstd, la.r, blk.RNorm.W, eps)
-			r.linear(mat(la.gz, c.Heads), la.ln1, blk.RGate.W)
+			r.linear(mat(la.gz, c.Heads), la.ln1, blk.RGate.compute())
 			r.headGate(a.rn, la.rn, la.gz)
 		} else {
 			r.rmsnorm(a.rn, la.rRstd, la.r, blk.RNorm.W, eps)
@@ -233,14 +234,14 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 
 	r.swap(la.attT, la.att)
 	r.copy(la.mid, x)
-	r.linearAdd(la.mid, mat(la.attT, qd), blk.O.W)
+	r.linearAdd(la.mid, mat(la.attT, qd), blk.O.compute())
 
 	r.rmsnorm(la.ln2, la.ln2Rstd, la.mid, blk.PostNorm.W, eps)
-	r.linear(la.gate, la.ln2, blk.Gate.W)
-	r.linear(la.up, la.ln2, blk.Up.W)
+	r.linear(la.gate, la.ln2, blk.Gate.compute())
+	r.linear(la.up, la.ln2, blk.Up.compute())
 	r.swiglu(la.act, la.gate, la.up)
 	r.copy(out, la.mid)
-	r.linearAdd(out, la.act, blk.Down.W)
+	r.linearAdd(out, la.act, blk.Down.compute())
 }
 
 // lossStats downloads the per-token losses and reduces them in float64.
@@ -316,7 +317,17 @@ func (m *Model) Logits() ([]float32, error) {
 	if a.logitsGone {
 		return nil, errors.New("logits: Backward has overwritten them (read them before Backward)")
 	}
-	return engine.Float32s(a.logits)
+	return m.readLogits(a.logits)
+}
+
+// ceOpts are the cross-entropy options of the head: the pad columns of a
+// padded vocabulary are not classes.
+func (m *Model) ceOpts(gradScale float32) engine.CrossEntropyOpts {
+	o := engine.CrossEntropyOpts{IgnoreIndex: IgnoreIndex, GradScale: gradScale}
+	if m.padV != m.Config.Vocab {
+		o.Classes = m.Config.Vocab
+	}
+	return o
 }
 
 // SequenceLogits runs one sequence through the model and returns its logits

@@ -109,10 +109,10 @@ func (m *Model) Step(kv *KVCache, tokens []int32, B, T int, lastOnly bool) ([]fl
 	}
 	kv.Len += T
 	if lastOnly && T > 1 {
-		return engine.Float32s(a.lastLogits)
+		return m.readLogits(a.lastLogits)
 	}
 	m.last = a
-	return engine.Float32s(a.logits)
+	return m.readLogits(a.logits)
 }
 
 // SampleOptions configure a Sampler.

@@ -65,6 +65,10 @@ func (k ParamKind) String() string {
 type Param struct {
 	Name string // Hugging Face Qwen3 name, e.g. "model.layers.0.self_attn.q_proj.weight"
 	W, G *engine.Tensor
+	// C is W rounded to the compute dtype, what matmuls read (the head's copy
+	// has PadVocab rows); nil when the compute dtype is f32 or the weight
+	// feeds no product. See MarkWeightsChanged.
+	C    *engine.Tensor
 	Kind ParamKind
 }
 
@@ -97,6 +101,14 @@ type Model struct {
 	Head   *Param  // lm_head.weight [V, d]; nil when tied
 
 	params []*Param
+
+	// The precision policy (precision.go): the head's padded width, the
+	// padded head's row map, the head gradient's padded scratch and whether
+	// the compute copies lag the master weights.
+	padV     int
+	padIDs   *engine.Tensor
+	headGrad *engine.Tensor
+	stale    bool
 
 	// gradHook and gradGroups: see SetGradHook.
 	gradHook   func(ps []*Param) error
@@ -232,6 +244,9 @@ func newEmpty(dev engine.Device, cfg Config, dtype engine.DType) (*Model, error)
 	if !cfg.TiedEmbeddings {
 		m.Head = add("lm_head.weight", Head, cfg.Vocab, d)
 	}
+	if err == nil {
+		err = m.initCompute()
+	}
 	if err != nil {
 		m.Free()
 		return nil, err
@@ -295,6 +310,7 @@ func (m *Model) ZeroGrads() error {
 
 // Free releases the model's tensors; the model must not be used afterwards.
 func (m *Model) Free() {
+	m.freeCompute()
 	for _, p := range m.params {
 		m.Dev.Free(p.W)
 		if p.G != nil {

@@ -21,6 +21,20 @@ const (
 	ScaleMoonlight = "moonlight" // 0.2 sqrt(max(rows, cols)): AdamW-like update RMS
 )
 
+// Newton-Schulz dtypes accepted by MuonConfig.NSDType.
+const (
+	NSAuto = "auto" // bf16 when the model computes in bf16 (Optimizer.SetComputeDType), else f32
+	NSF32  = "f32"  // f32 always: exact against the float64 reference
+	NSBF16 = "bf16" // bf16 always, as the reference Muon
+)
+
+// DefaultNSBatchElems bounds the matrices one batched Newton-Schulz call
+// stacks when MuonConfig.NSBatch is 0: at most this many elements per stack
+// (32 MiB in bf16), at least one matrix. Larger matrices keep a GPU busy on
+// their own; the bound keeps the persistent scratch (the stack, its
+// Newton-Schulz product and two Gram stacks, per matrix shape) small.
+const DefaultNSBatchElems = 1 << 24
+
 // MuonConfig holds Muon's hyperparameters.
 type MuonConfig struct {
 	// LR is the peak learning rate. With ScaleKeller it is "spectral norm per
@@ -32,6 +46,16 @@ type MuonConfig struct {
 	NSSteps     int     `json:"ns_steps"`     // Newton-Schulz iterations, 5
 	Scaling     string  `json:"scaling"`      // ScaleKeller or ScaleMoonlight
 	WeightDecay float64 `json:"weight_decay"` // decoupled: W *= 1 - lr*wd
+	// NSDType is the dtype Newton-Schulz iterates in: NSAuto (also ""),
+	// NSF32 or NSBF16. The momentum and the weights stay f32; in bf16 the
+	// direction is rounded to bf16 before the normalisation and every
+	// product is stored in bf16 (accumulated in f32), as the reference Muon
+	// does.
+	NSDType string `json:"ns_dtype"`
+	// NSBatch is the most same-shape matrices one Newton-Schulz call
+	// orthogonalises together (a [n, rows, cols] stack); 0 stacks up to
+	// DefaultNSBatchElems elements, 1 runs every matrix on its own.
+	NSBatch int `json:"ns_batch"`
 }
 
 // AdamWConfig holds AdamW's hyperparameters. Weight decay is decoupled
@@ -58,7 +82,8 @@ type OptimConfig struct {
 //
 //   - Muon (hidden matrices): lr 0.02, momentum 0.95, Nesterov, 5 NS steps,
 //     Keller's shape scaling, weight decay 0.01 (the KellerJordan/Muon README
-//     example; lr*wd = 2e-4 per step).
+//     example; lr*wd = 2e-4 per step); Newton-Schulz in the model's compute
+//     dtype if that is bf16, else f32, same-shape matrices batched.
 //   - AdamW: lr 3e-3 (small models tolerate a high rate: SmolLM-135M used
 //     3e-3), betas (0.9, 0.95), eps 1e-8 (Pythia, TinyLlama, OLMo, Moonlight);
 //     weight decay 0.1 on hidden matrices (the same sources), none on the
@@ -68,7 +93,7 @@ func DefaultOptimConfig(name string) OptimConfig {
 	return OptimConfig{
 		Name: name,
 		Muon: MuonConfig{LR: 0.02, Momentum: 0.95, Nesterov: true, NSSteps: 5,
-			Scaling: ScaleKeller, WeightDecay: 0.01},
+			Scaling: ScaleKeller, WeightDecay: 0.01, NSDType: NSAuto},
 		AdamW: AdamWConfig{LR: 3e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8,
 			WeightDecay: 0.1},
 	}
@@ -108,6 +133,10 @@ func (c OptimConfig) Validate() error {
 			return bad("muon weight decay", m.WeightDecay)
 		case m.Scaling != ScaleKeller && m.Scaling != ScaleMoonlight:
 			return fmt.Errorf("optimizer: muon scaling %q: want %s or %s", m.Scaling, ScaleKeller, ScaleMoonlight)
+		case m.NSDType != "" && m.NSDType != NSAuto && m.NSDType != NSF32 && m.NSDType != NSBF16:
+			return fmt.Errorf("optimizer: muon ns_dtype %q: want %s, %s or %s", m.NSDType, NSAuto, NSF32, NSBF16)
+		case m.NSBatch < 0:
+			return bad("muon ns_batch (want >= 0)", float64(m.NSBatch))
 		}
 	}
 	return nil
@@ -117,6 +146,9 @@ func (c OptimConfig) Validate() error {
 func (c OptimConfig) resolved() OptimConfig {
 	if c.Muon.LR == 0 && c.Muon.Scaling == ScaleMoonlight {
 		c.Muon.LR = c.AdamW.LR
+	}
+	if c.Muon.NSDType == "" {
+		c.Muon.NSDType = NSAuto
 	}
 	return c
 }
@@ -134,6 +166,21 @@ func MuonScale(rule string, rows, cols int) float64 {
 // matrices (each matrix on its own: q, k, v, r, o, gate, up and down are
 // separate parameters) and AdamW everything else; with Name == OptAdamW,
 // AdamW trains all of them. All state is F32 on the parameters' device.
+//
+// Muon orthogonalises same-shape matrices together: the matrices this rank
+// updates are grouped by shape and each group cut into batches of at most
+// MuonConfig.NSBatch matrices (DefaultNSBatchElems elements by default).
+// A batch's directions u = MuonMomentum(...), written in the Newton-Schulz
+// dtype, are copied (KVAppend) into one [n, rows, cols] stack,
+// orthogonalised there in place by one NewtonSchulz call, and each
+// matrix's slice is gathered back (Embedding over the stack's rows) for its
+// MuonApply; a batch of one skips both copies. Per matrix that is 4
+// launches plus 26/n for Newton-Schulz, against 28 and three scratch
+// allocations (each a zero fill) one matrix at a time; the two copies move
+// 8 bytes per element in bf16, against 14 for the momentum, 10 for the
+// update and over 60 for five Newton-Schulz steps. The stack and
+// Newton-Schulz's scratch are allocated once per shape, by the first Step,
+// and shared by the shape's batches.
 type Optimizer struct {
 	cfg    OptimConfig
 	dev    engine.Device
@@ -142,9 +189,33 @@ type Optimizer struct {
 	muon   []*muonState
 	step   int // updates applied so far
 
-	scratch map[string][2]*engine.Tensor // Muon's u and o per matrix shape
+	computeDT engine.DType // the model's compute dtype (SetComputeDType); 0 if not given
+	nsReady   bool         // nsBatches and nsShapes are built
+	nsBatches []*nsBatch   // this rank's Muon matrices, in Newton-Schulz batches
+	nsShapes  []*nsShape   // the batches' scratch, one per matrix shape
 
 	par *optParallel // data-parallel sharding (parallel.go); nil in one process
+}
+
+// nsShape is the Newton-Schulz scratch shared by the batches of one matrix
+// shape, in the Newton-Schulz dtype.
+type nsShape struct {
+	rows, cols, slots int
+	x                 *engine.Tensor   // [slots, rows, cols]: the stacked directions, orthogonalised in place
+	x4                *engine.Tensor   // x viewed as [1, 1, slots*rows, cols], KVAppend's cache (slots > 1)
+	table             *engine.Tensor   // x viewed as [slots*rows, cols], Embedding's table (slots > 1)
+	u                 *engine.Tensor   // [1, 1, rows, cols]: one matrix's direction (slots > 1)
+	o                 *engine.Tensor   // [rows, cols]: one matrix's orthogonalised direction (slots > 1)
+	ids               []*engine.Tensor // I32 [rows]: slot i's rows of table (slots > 1)
+	ws                *engine.NSWorkspace
+}
+
+// nsBatch is up to shape.slots matrices orthogonalised by one NewtonSchulz
+// call; slots past len(states) hold stale data, computed on and ignored
+// (matrices of a batch do not interact).
+type nsBatch struct {
+	shape  *nsShape
+	states []*muonState
 }
 
 // A state whose tensors are nil belongs to another rank (parallel.go).
@@ -172,7 +243,7 @@ func newOptimizer(dev engine.Device, params []*model.Param, cfg OptimConfig, par
 		return nil, err
 	}
 	cfg = cfg.resolved()
-	o := &Optimizer{cfg: cfg, dev: dev, params: params, scratch: map[string][2]*engine.Tensor{}, par: par}
+	o := &Optimizer{cfg: cfg, dev: dev, params: params, par: par}
 	if par != nil {
 		par.assign(params, cfg)
 	}
@@ -234,7 +305,7 @@ func (o *Optimizer) Steps() int { return o.step }
 func (o *Optimizer) Params() []*model.Param { return o.params }
 
 // Groups describes how parameters were assigned, for logs:
-// "muon: 16 matrices (1.2M), adamw: 10 tensors (0.6M)".
+// "muon: 16 matrices (1.2M, newton-schulz bf16), adamw: 10 tensors (0.6M)".
 func (o *Optimizer) Groups() string {
 	var nm, na int
 	for _, s := range o.muon {
@@ -245,7 +316,7 @@ func (o *Optimizer) Groups() string {
 	}
 	var parts []string
 	if len(o.muon) > 0 {
-		parts = append(parts, fmt.Sprintf("muon: %d matrices (%s)", len(o.muon), HumanCount(float64(nm))))
+		parts = append(parts, fmt.Sprintf("muon: %d matrices (%s, newton-schulz %v)", len(o.muon), HumanCount(float64(nm)), o.NSDType()))
 	}
 	parts = append(parts, fmt.Sprintf("adamw: %d tensors (%s)", len(o.adam), HumanCount(float64(na))))
 	return strings.Join(parts, ", ")
@@ -254,6 +325,10 @@ func (o *Optimizer) Groups() string {
 // Step applies one update with the peak learning rates multiplied by
 // lrFactor (the schedule's value). Gradients are read, not cleared.
 func (o *Optimizer) Step(lrFactor float64) error {
+	// Muon's scratch first: failing to allocate it updates nothing.
+	if err := o.buildNS(); err != nil {
+		return fmt.Errorf("muon: %w", err)
+	}
 	o.step++
 	a := o.cfg.AdamW
 	for _, s := range o.adam {
@@ -268,45 +343,198 @@ func (o *Optimizer) Step(lrFactor float64) error {
 			return fmt.Errorf("adamw %s: %w", s.p.Name, err)
 		}
 	}
-	mc := o.cfg.Muon
-	lr := float32(mc.LR * lrFactor)
-	for _, s := range o.muon {
-		if s.m == nil {
-			continue // another rank's
-		}
-		u, out, err := o.muonScratch(s.p.W.Shape())
-		if err != nil {
-			return fmt.Errorf("muon %s: %w", s.p.Name, err)
-		}
-		if err := o.dev.MuonMomentum(u, s.m, s.p.G, float32(mc.Momentum), mc.Nesterov); err != nil {
-			return fmt.Errorf("muon %s: %w", s.p.Name, err)
-		}
-		if err := engine.NewtonSchulz(o.dev, out, u, mc.NSSteps); err != nil {
-			return fmt.Errorf("muon %s: %w", s.p.Name, err)
-		}
-		if err := o.dev.MuonApply(s.p.W, out, lr, float32(mc.WeightDecay), float32(s.scale)); err != nil {
-			return fmt.Errorf("muon %s: %w", s.p.Name, err)
+	lr := float32(o.cfg.Muon.LR * lrFactor)
+	for _, b := range o.nsBatches {
+		if err := o.muonStep(b, lr); err != nil {
+			return err
 		}
 	}
 	return o.syncParams()
 }
 
-// muonScratch returns two F32 buffers of the given shape, shared by every
-// matrix of that shape.
-func (o *Optimizer) muonScratch(shape engine.Shape) (u, out *engine.Tensor, err error) {
-	key := shape.String()
-	if b, ok := o.scratch[key]; ok {
-		return b[0], b[1], nil
+// muonStep applies Muon to the matrices of one batch.
+func (o *Optimizer) muonStep(b *nsBatch, lr float32) error {
+	mc, sh := o.cfg.Muon, b.shape
+	alone := sh.slots == 1 // no stack to copy into: u and o are x itself
+	for i, s := range b.states {
+		u := sh.x
+		if !alone {
+			u = sh.u
+		}
+		if err := o.dev.MuonMomentum(u, s.m, s.p.G, float32(mc.Momentum), mc.Nesterov); err != nil {
+			return fmt.Errorf("muon %s: %w", s.p.Name, err)
+		}
+		if !alone {
+			if err := o.dev.KVAppend(sh.x4, sh.u, i*sh.rows); err != nil {
+				return fmt.Errorf("muon %s: stacking the direction: %w", s.p.Name, err)
+			}
+		}
 	}
-	if u, err = o.dev.Alloc(engine.F32, shape...); err != nil {
-		return nil, nil, err
+	if err := sh.ws.NewtonSchulz(sh.x, sh.x, mc.NSSteps); err != nil {
+		return fmt.Errorf("muon %s: %w", b.names(), err)
 	}
-	if out, err = o.dev.Alloc(engine.F32, shape...); err != nil {
-		o.dev.Free(u)
-		return nil, nil, err
+	for i, s := range b.states {
+		out := sh.x
+		if !alone {
+			if err := o.dev.Embedding(sh.o, sh.table, sh.ids[i]); err != nil {
+				return fmt.Errorf("muon %s: unstacking the update: %w", s.p.Name, err)
+			}
+			out = sh.o
+		}
+		if err := o.dev.MuonApply(s.p.W, out, lr, float32(mc.WeightDecay), float32(s.scale)); err != nil {
+			return fmt.Errorf("muon %s: %w", s.p.Name, err)
+		}
 	}
-	o.scratch[key] = [2]*engine.Tensor{u, out}
-	return u, out, nil
+	return nil
+}
+
+// names names a batch's matrices for errors: "q.0 (and 3 more [64,64])".
+func (b *nsBatch) names() string {
+	if len(b.states) == 1 {
+		return b.states[0].p.Name
+	}
+	return fmt.Sprintf("%s (and %d more [%d,%d])", b.states[0].p.Name, len(b.states)-1, b.shape.rows, b.shape.cols)
+}
+
+// SetComputeDType tells the optimizer the model's compute dtype, which
+// MuonConfig.NSDType NSAuto follows: Newton-Schulz runs in bf16 under a
+// bf16 model and in f32 otherwise (without the call, f32). The runner calls
+// it once, before the first Step; a later call that changes the
+// Newton-Schulz dtype frees the Newton-Schulz scratch, which the next Step
+// allocates again.
+func (o *Optimizer) SetComputeDType(dt engine.DType) {
+	before := o.NSDType()
+	o.computeDT = dt
+	if o.NSDType() != before {
+		o.freeNS()
+	}
+}
+
+// NSDType is the dtype Muon's Newton-Schulz iterates in: MuonConfig.NSDType
+// resolved against the compute dtype given to SetComputeDType.
+func (o *Optimizer) NSDType() engine.DType {
+	switch o.cfg.Muon.NSDType {
+	case NSF32:
+		return engine.F32
+	case NSBF16:
+		return engine.BF16
+	}
+	if o.computeDT == engine.BF16 {
+		return engine.BF16
+	}
+	return engine.F32
+}
+
+// buildNS groups the Muon matrices this rank updates by shape (in the
+// order their shapes first appear), cuts each group into batches of as
+// equal sizes as the limit allows, and allocates each shape's scratch. It
+// does nothing once built.
+func (o *Optimizer) buildNS() error {
+	if o.nsReady {
+		return nil
+	}
+	type key struct{ rows, cols int }
+	var order []key
+	group := map[key][]*muonState{}
+	for _, s := range o.muon {
+		if s.m == nil {
+			continue // another rank's
+		}
+		k := key{s.p.W.Dim(0), s.p.W.Dim(1)}
+		if _, ok := group[k]; !ok {
+			order = append(order, k)
+		}
+		group[k] = append(group[k], s)
+	}
+	dt := o.NSDType()
+	for _, k := range order {
+		ss := group[k]
+		n, per := len(ss), max(1, k.rows*k.cols)
+		limit := o.cfg.Muon.NSBatch
+		if limit == 0 {
+			limit = DefaultNSBatchElems / per
+		}
+		// A stack's element and row indices stay within int32 (kernels').
+		limit = max(1, min(limit, math.MaxInt32/per, math.MaxInt32/max(1, k.rows)))
+		batches := (n + limit - 1) / limit
+		slots := (n + batches - 1) / batches
+		sh, err := newNSShape(o.dev, dt, k.rows, k.cols, slots)
+		if err != nil {
+			o.freeNS()
+			return err
+		}
+		o.nsShapes = append(o.nsShapes, sh)
+		for lo := 0; lo < n; lo += slots {
+			o.nsBatches = append(o.nsBatches, &nsBatch{shape: sh, states: ss[lo:min(lo+slots, n)]})
+		}
+	}
+	o.nsReady = true
+	return nil
+}
+
+// newNSShape allocates the scratch of batches of up to slots [rows, cols]
+// matrices.
+func newNSShape(dev engine.Device, dt engine.DType, rows, cols, slots int) (*nsShape, error) {
+	sh := &nsShape{rows: rows, cols: cols, slots: slots}
+	fail := func(what string, err error) (*nsShape, error) {
+		sh.free(dev)
+		return nil, fmt.Errorf("newton-schulz scratch for %d x [%d,%d] %v: %s: %w", slots, rows, cols, dt, what, err)
+	}
+	var err error
+	if sh.x, err = dev.Alloc(dt, slots, rows, cols); err != nil {
+		return fail("stack", err)
+	}
+	if sh.ws, err = engine.NewNSWorkspace(dev, dt, slots, rows, cols); err != nil {
+		return fail("workspace", err)
+	}
+	if slots == 1 {
+		return sh, nil
+	}
+	if sh.x4, err = sh.x.Reshape(1, 1, slots*rows, cols); err != nil {
+		return fail("stack view", err)
+	}
+	if sh.table, err = sh.x.Reshape(slots*rows, cols); err != nil {
+		return fail("stack view", err)
+	}
+	if sh.u, err = dev.Alloc(dt, 1, 1, rows, cols); err != nil {
+		return fail("direction", err)
+	}
+	if sh.o, err = dev.Alloc(dt, rows, cols); err != nil {
+		return fail("update", err)
+	}
+	ids := make([]int32, rows)
+	for i := range slots {
+		for j := range ids {
+			ids[j] = int32(i*rows + j)
+		}
+		t, err := engine.FromInt32(dev, ids, rows)
+		if err != nil {
+			return fail("slot rows", err)
+		}
+		sh.ids = append(sh.ids, t)
+	}
+	return sh, nil
+}
+
+// free releases the scratch (x4 and table are views of x).
+func (sh *nsShape) free(dev engine.Device) {
+	for _, t := range append([]*engine.Tensor{sh.x, sh.u, sh.o}, sh.ids...) {
+		if t != nil {
+			dev.Free(t)
+		}
+	}
+	if sh.ws != nil {
+		sh.ws.Free()
+	}
+	*sh = nsShape{}
+}
+
+// freeNS releases the Newton-Schulz scratch; the next Step builds it anew.
+func (o *Optimizer) freeNS() {
+	for _, sh := range o.nsShapes {
+		sh.free(o.dev)
+	}
+	o.nsShapes, o.nsBatches, o.nsReady = nil, nil, false
 }
 
 // State lists the optimizer's state tensors by checkpoint name:
@@ -338,11 +566,7 @@ func (o *Optimizer) Free() {
 	for _, t := range o.State() {
 		o.dev.Free(t)
 	}
-	for _, b := range o.scratch {
-		o.dev.Free(b[0])
-		o.dev.Free(b[1])
-	}
-	o.scratch = map[string][2]*engine.Tensor{}
+	o.freeNS()
 }
 
 // HumanCount formats a count with a k/M/G suffix: 1.23M.

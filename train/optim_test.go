@@ -1,6 +1,7 @@
 package train
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -323,6 +324,311 @@ func TestNewtonSchulzSingularValues(t *testing.T) {
 	}
 }
 
+// frobRel is ||got - want||_F / ||want||_F.
+func frobRel(got, want []float32) float64 {
+	num, den := 0.0, 0.0
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	return math.Sqrt(num / den)
+}
+
+// singularValues returns the singular values of the rows x cols matrix x.
+func singularValues(x []float32, rows, cols int) []float64 {
+	v := to64(x)
+	gram := matmul64(v, transpose64(v, rows, cols), rows, cols, rows)
+	n := rows
+	if rows > cols {
+		gram, n = matmul64(transpose64(v, rows, cols), v, cols, rows, cols), cols
+	}
+	var out []float64
+	for _, ev := range symEigen(gram, n) {
+		out = append(out, math.Sqrt(math.Max(ev, 0)))
+	}
+	return out
+}
+
+// TestNewtonSchulzBF16 checks Newton-Schulz iterated in bf16 (the reference
+// Muon's precision) against the same iteration in f32, from the same f32
+// input.
+//
+// The bound: bf16 keeps 8 significant bits, so each stored result carries
+// a rounding error of at most u = 2^-8 relative (about u/2 rms, independent
+// from element to element). A step stores five results: A = X X^T, AA,
+// B = b A + c AA, Y = B X and X' = a X + Y. Once the singular values are
+// near 1 (the last two or three of five steps), X' = 0.70 X comes out of a
+// cancellation, a X = 3.44 X against Y = -2.74 X, so the roundings of Y and
+// B count about 2.74 / 0.70 = 3.9 times, AA's (c AA = 2.03 X) 2.9 times,
+// A's once (b + 2c = -0.71) and X's once: sqrt(1 + 3.9^2 + 3.9^2 + 2.9^2 + 1)
+// = 6.4 u/2, about 1.2e-2 per step in the Frobenius norm; the steps before
+// add little, and the iteration carries a relative error on unchanged
+// (sigma phi'(sigma) / phi(sigma) is about 1 in magnitude at both ends).
+// Three such steps add up, independently, to sqrt(3) 1.2e-2 = 2e-2, which
+// is what these matrices measure (1.9-2.3e-2; the worst of 160 random
+// matrices from 16x256 to 128x512 was 2.7e-2). 3e-2 bounds the relative
+// Frobenius error; the largest elementwise error, relative to the largest
+// element, runs higher (3.2-4.0e-2 here, at most 5.0e-2 over the 160) and
+// is bounded by 6e-2. The singular values must still lie in [0.68, 1.21] up
+// to the slack the conformance suite allows bf16 (0.03).
+func TestNewtonSchulzBF16(t *testing.T) {
+	dev := cpu.New()
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, s := range [][2]int{{32, 96}, {96, 32}, {64, 64}, {48, 80}} {
+		rows, cols := s[0], s[1]
+		g, err := engine.FromFloat32(dev, engine.F32, randVals(rng, rows*cols, 1), rows, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o32, _ := dev.Alloc(engine.F32, rows, cols)
+		o16, _ := dev.Alloc(engine.BF16, rows, cols)
+		if err := engine.NewtonSchulz(dev, o32, g, 5); err != nil {
+			t.Fatal(err)
+		}
+		if err := engine.NewtonSchulz(dev, o16, g, 5); err != nil {
+			t.Fatal(err)
+		}
+		want, got := read(t, o32), read(t, o16)
+		fro := frobRel(got, want)
+		worst := maxRelErr(got, to64(want), to64(want))
+		t.Logf("%dx%d: bf16 vs f32 relative error %.2e (Frobenius), %.2e (largest element)", rows, cols, fro, worst)
+		if fro > 3e-2 || worst > 6e-2 {
+			t.Errorf("%dx%d: bf16 Newton-Schulz differs from f32 by %.2e (Frobenius, want <= 3e-2), %.2e (largest element, want <= 6e-2)", rows, cols, fro, worst)
+		}
+		for _, sv := range singularValues(got, rows, cols) {
+			if sv < 0.68-0.03 || sv > 1.21+0.03 {
+				t.Errorf("%dx%d: bf16 singular value %.4f outside [0.65, 1.24]", rows, cols, sv)
+			}
+		}
+	}
+}
+
+// TestNewtonSchulzBatchedEqualsSingle checks that a [n, rows, cols] stack
+// is orthogonalised exactly as its matrices one at a time, in f32 and in
+// bf16, in place through a workspace as the optimizer runs it, and with
+// matrices large enough (49,152 elements) that the CPU splits each norm
+// over two workers.
+func TestNewtonSchulzBatchedEqualsSingle(t *testing.T) {
+	t.Setenv("PARALLAX_CPU_THREADS", "2")
+	dev := cpu.New()
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, dt := range []engine.DType{engine.F32, engine.BF16} {
+		for _, s := range [][3]int{{5, 24, 40}, {4, 40, 24}, {3, 192, 256}} {
+			n, rows, cols := s[0], s[1], s[2]
+			per := rows * cols
+			vals := randVals(rng, n*per, 1)
+			for i := range per {
+				vals[i] *= 100 // matrices of different norms
+			}
+			stack, err := engine.FromFloat32(dev, dt, vals, n, rows, cols)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := engine.NewNSWorkspace(dev, dt, n, rows, cols)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.NewtonSchulz(stack, stack, 5); err != nil {
+				t.Fatal(err)
+			}
+			got := read(t, stack)
+			for i := range n {
+				g, _ := engine.FromFloat32(dev, dt, vals[i*per:(i+1)*per], rows, cols)
+				o, _ := dev.Alloc(dt, rows, cols)
+				if err := engine.NewtonSchulz(dev, o, g, 5); err != nil {
+					t.Fatal(err)
+				}
+				for j, v := range read(t, o) {
+					if got[i*per+j] != v {
+						t.Fatalf("%v %dx[%d,%d]: matrix %d element %d: batched %v, alone %v", dt, n, rows, cols, i, j, got[i*per+j], v)
+					}
+				}
+			}
+			w.Free()
+		}
+	}
+	w, _ := engine.NewNSWorkspace(dev, engine.F32, 2, 4, 4)
+	g, _ := dev.Alloc(engine.F32, 4, 4)
+	if err := w.NewtonSchulz(g, g, 5); err == nil {
+		t.Error("a workspace for [2,4,4] accepted a [4,4] input")
+	}
+	if _, err := engine.NewNSWorkspace(dev, engine.F32, 4); err == nil {
+		t.Error("a workspace for a vector was made")
+	}
+}
+
+// muonTestParams builds same-shape groups (three layers of q and o [16,16],
+// six matrices; k [8,16], up [32,16], down [16,32], three each), a lone
+// [24,16] matrix and an AdamW gain, all from one seed.
+func muonTestParams(t *testing.T, dev engine.Device) []*model.Param {
+	rng := rand.New(rand.NewPCG(21, 22))
+	var ps []*model.Param
+	add := func(name string, kind model.ParamKind, shape ...int) {
+		ps = append(ps, newParam(t, dev, name, kind, randVals(rng, engine.Shape(shape).Numel(), 0.05), shape...))
+	}
+	for l := range 3 {
+		for _, m := range []struct {
+			name       string
+			rows, cols int
+		}{{"q", 16, 16}, {"k", 8, 16}, {"o", 16, 16}, {"up", 32, 16}, {"down", 16, 32}} {
+			add(fmt.Sprintf("layers.%d.%s_proj.weight", l, m.name), model.Matrix, m.rows, m.cols)
+		}
+	}
+	add("lone", model.Matrix, 24, 16)
+	add("norm", model.Gain, 16)
+	return ps
+}
+
+// runMuon makes an optimizer over muonTestParams with the given Newton-Schulz
+// settings, applies three steps of seeded gradients and returns the weights
+// and momenta.
+func runMuon(t *testing.T, nsDType string, nsBatch int, computeDT engine.DType) (w, m [][]float32, opt *Optimizer) {
+	t.Helper()
+	dev := cpu.New()
+	ps := muonTestParams(t, dev)
+	cfg := DefaultOptimConfig(OptMuon)
+	cfg.Muon.NSDType, cfg.Muon.NSBatch = nsDType, nsBatch
+	opt, err := NewOptimizer(dev, ps, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if computeDT != 0 {
+		opt.SetComputeDType(computeDT)
+	}
+	rng := rand.New(rand.NewPCG(23, 24))
+	for _, fac := range []float64{1, 0.5, 1} {
+		for _, p := range ps {
+			if err := engine.WriteFloat32(p.G, randVals(rng, p.G.Numel(), 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := opt.Step(fac); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := opt.State()
+	for _, p := range ps {
+		w = append(w, read(t, p.W))
+		if mt, ok := st[p.Name+".momentum"]; ok {
+			m = append(m, read(t, mt))
+		}
+	}
+	return w, m, opt
+}
+
+// TestMuonGroupedEqualsUngrouped checks that batching same-shape matrices
+// (the default: five shape groups; and batches of at most two, which leave
+// a stale slot in the last batch of each group of three) changes no bit of
+// three Muon steps against orthogonalising every matrix on its own, in f32
+// and in bf16.
+func TestMuonGroupedEqualsUngrouped(t *testing.T) {
+	for _, dt := range []string{NSF32, NSBF16} {
+		wantW, wantM, alone := runMuon(t, dt, 1, 0)
+		if len(alone.nsBatches) != 16 {
+			t.Errorf("%s, ns_batch 1: %d Newton-Schulz batches, want 16", dt, len(alone.nsBatches))
+		}
+		for _, tc := range []struct {
+			batch, calls int
+		}{{0, 5}, {2, 10}} {
+			w, m, opt := runMuon(t, dt, tc.batch, 0)
+			if len(opt.nsBatches) != tc.calls {
+				t.Errorf("%s, ns_batch %d: %d Newton-Schulz batches, want %d", dt, tc.batch, len(opt.nsBatches), tc.calls)
+			}
+			for i := range wantW {
+				for j := range wantW[i] {
+					if w[i][j] != wantW[i][j] {
+						t.Fatalf("%s, ns_batch %d: parameter %d element %d: %v grouped, %v alone", dt, tc.batch, i, j, w[i][j], wantW[i][j])
+					}
+				}
+			}
+			for i := range wantM {
+				for j := range wantM[i] {
+					if m[i][j] != wantM[i][j] {
+						t.Fatalf("%s, ns_batch %d: momentum %d element %d differs", dt, tc.batch, i, j)
+					}
+				}
+			}
+			opt.Free()
+		}
+	}
+}
+
+// TestMuonBF16Step checks the Newton-Schulz dtype choice, and that three
+// bf16 steps (auto under a bf16 model, MuonApply reading a bf16 direction)
+// stay within TestNewtonSchulzBF16's bound of three f32 steps, the update
+// of every matrix relative to its f32 counterpart, with the f32 momentum
+// untouched.
+func TestMuonBF16Step(t *testing.T) {
+	dev := cpu.New()
+	for _, tc := range []struct {
+		cfg     string
+		compute engine.DType
+		want    engine.DType
+	}{
+		{NSAuto, 0, engine.F32}, {"", engine.BF16, engine.BF16}, {NSAuto, engine.BF16, engine.BF16},
+		{NSAuto, engine.F16, engine.F32}, {NSAuto, engine.F32, engine.F32},
+		{NSF32, engine.BF16, engine.F32}, {NSBF16, 0, engine.BF16},
+	} {
+		cfg := DefaultOptimConfig(OptMuon)
+		cfg.Muon.NSDType = tc.cfg
+		opt, err := NewOptimizer(dev, muonTestParams(t, dev), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.compute != 0 {
+			opt.SetComputeDType(tc.compute)
+		}
+		if got := opt.NSDType(); got != tc.want {
+			t.Errorf("ns_dtype %q, compute %v: Newton-Schulz in %v, want %v", tc.cfg, tc.compute, got, tc.want)
+		}
+	}
+	init := muonTestParams(t, dev)
+	w32, m32, _ := runMuon(t, NSAuto, 0, engine.F32)
+	w16, m16, opt := runMuon(t, NSAuto, 0, engine.BF16)
+	if !strings.Contains(opt.Groups(), "newton-schulz bf16") {
+		t.Errorf("groups: %s", opt.Groups())
+	}
+	for _, sh := range opt.nsShapes {
+		if sh.x.DType() != engine.BF16 {
+			t.Errorf("Newton-Schulz stack %v under a bf16 model", sh.x)
+		}
+	}
+	for i, p := range init {
+		w0 := read(t, p.W)
+		u32, u16 := make([]float32, len(w0)), make([]float32, len(w0))
+		for j := range w0 {
+			u32[j], u16[j] = w32[i][j]-w0[j], w16[i][j]-w0[j]
+		}
+		if e := frobRel(u16, u32); e > 3e-2 {
+			t.Errorf("%s: the bf16 run's total update differs from the f32 run's by %.2e (Frobenius)", p.Name, e)
+		} else if p.Kind == model.Matrix && e < 1e-4 {
+			t.Errorf("%s: the bf16 run's update equals the f32 run's (%.2e): not in bf16?", p.Name, e)
+		}
+	}
+	// The momentum stays f32 and never sees the orthogonalised direction.
+	for i := range m32 {
+		for j := range m32[i] {
+			if m16[i][j] != m32[i][j] {
+				t.Fatalf("momentum %d element %d: %v in the bf16 run, %v in the f32 one", i, j, m16[i][j], m32[i][j])
+			}
+		}
+	}
+	// Changing the dtype after a step rebuilds the scratch in the new one.
+	opt.SetComputeDType(engine.F32)
+	if opt.nsReady || len(opt.nsShapes) != 0 {
+		t.Error("the bf16 scratch survived a change to f32")
+	}
+	if err := opt.Step(1); err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range opt.nsShapes {
+		if sh.x.DType() != engine.F32 {
+			t.Errorf("Newton-Schulz stack %v after switching to f32", sh.x)
+		}
+	}
+}
+
 func TestParameterGroups(t *testing.T) {
 	dev := cpu.New()
 	cfg, err := model.PresetConfig("tiny")
@@ -373,6 +679,8 @@ func TestOptimConfigValidate(t *testing.T) {
 		func(c *OptimConfig) { c.AdamW.Beta2 = 1 },
 		func(c *OptimConfig) { c.AdamW.LR = math.NaN() },
 		func(c *OptimConfig) { c.Muon.NSSteps = 0 },
+		func(c *OptimConfig) { c.Muon.NSDType = "f16" },
+		func(c *OptimConfig) { c.Muon.NSBatch = -1 },
 	}
 	for i, f := range bad {
 		c := DefaultOptimConfig(OptMuon)

@@ -725,6 +725,7 @@ func (r *runner) stepParallel(buf, in, tgt []int32, wantCOR bool) (stepOut, erro
 	if err := r.opt.Step(r.sched.Factor(r.st.Step)); err != nil {
 		return out, fmt.Errorf("step %d: %w", stepNo, err)
 	}
+	r.m.MarkWeightsChanged()
 	return out, nil
 }
 

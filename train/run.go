@@ -44,6 +44,11 @@ type Config struct {
 	// the model config's vocabulary size. Ignored with Tokenizer.
 	Vocab     int    `json:"vocab"`
 	Tokenizer string `json:"tokenizer"` // an existing tokenizer.json to use instead of training one, or "gpt2" for the embedded GPT-2 tokenizer
+	// KeepVocab keeps the model config's vocabulary when it is larger than
+	// the tokenizer's (the ids past the tokenizer's are never seen): a
+	// preset's true shape, e.g. Qwen3's 151936-token head, trained on
+	// GPT-2's tokens.
+	KeepVocab bool `json:"keep_vocab"`
 	// Data is the training text: "" for the embedded Austen corpus, a text
 	// file, a directory of *.txt documents (the last one held out for
 	// validation) or a dataset directory written by data.Build.
@@ -72,6 +77,10 @@ type Config struct {
 	// so a benchmark of a large model does not write gigabytes it throws
 	// away; the run cannot be resumed.
 	NoSave bool `json:"-"`
+	// ProfileStep times every op of that step (1-based, as Record.Step)
+	// with the device's own timers into Result.Profile; 0 profiles
+	// nothing. The device must implement engine.Profiler.
+	ProfileStep int `json:"-"`
 
 	// Data parallel (parallel.go): Group is this rank's membership of a
 	// job of several processes (nil: one process); Batch stays the global
@@ -109,6 +118,7 @@ type Result struct {
 	TokensPerS  float64 // mean training throughput of this invocation
 	Interrupted bool    // stopped early by the context; the checkpoint is saved
 	Params      int64
+	Profile     engine.Profile // per-op device times of Config.ProfileStep (nil without)
 }
 
 // runner holds a run's state.
@@ -273,6 +283,7 @@ func (r *runner) setup(cfg Config) error {
 		saved.Out, saved.Device, saved.Resume = cfg.Out, cfg.Device, true
 		saved.EvalEvery, saved.EvalBatches, saved.SaveEvery, saved.LogEvery = cfg.EvalEvery, cfg.EvalBatches, cfg.SaveEvery, cfg.LogEvery
 		saved.SkipNonFinite, saved.PeakFLOPS = cfg.SkipNonFinite, cfg.PeakFLOPS
+		saved.ProfileStep = cfg.ProfileStep
 		saved.Stdout, saved.OnStep, saved.Logf = cfg.Stdout, cfg.OnStep, cfg.Logf
 		saved.Group, saved.Comm, saved.ZeRO, saved.BucketMB = cfg.Group, cfg.Comm, cfg.ZeRO, cfg.BucketMB
 		if askedSteps > 0 && askedSteps != saved.Steps {
@@ -580,7 +591,9 @@ func (r *runner) setupModel() error {
 		if err != nil {
 			return err
 		}
-		mc.Vocab = r.tok.VocabSize()
+		if !r.cfg.KeepVocab || mc.Vocab < r.tok.VocabSize() {
+			mc.Vocab = r.tok.VocabSize()
+		}
 		mc.MaxSeq = max(mc.MaxSeq, r.cfg.Seq)
 		if eot, ok := r.tok.SpecialID(EOTToken); ok {
 			mc.EOS = []int{eot}
@@ -604,6 +617,7 @@ func (r *runner) setupModel() error {
 	if r.opt, err = r.newOptimizer(); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
+	r.opt.SetComputeDType(m.DType)
 	if r.sampler, err = data.NewSampler(r.ds.Train, r.cfg.Seq, r.cfg.Seed); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
@@ -801,6 +815,7 @@ func (r *runner) step(buf, in, tgt []int32, wantCOR bool) (stepOut, error) {
 	if err := r.opt.Step(r.sched.Factor(r.st.Step)); err != nil {
 		return out, fmt.Errorf("step %d: %w", stepNo, err)
 	}
+	r.m.MarkWeightsChanged()
 	return out, nil
 }
 
@@ -856,6 +871,10 @@ func (r *runner) evalRecord() (Record, error) {
 func (r *runner) loop(ctx context.Context) (Result, error) {
 	c := r.cfg
 	res := Result{Out: c.Out, Step: r.st.Step, Loss: math.NaN(), ValLoss: math.NaN(), Params: r.m.Config.NumParams()}
+	prof, err := r.stepProfiler()
+	if err != nil {
+		return res, err
+	}
 	if r.st.Step >= c.Steps {
 		r.logf("the run in %s is complete (step %d of %d); ask for more --steps to continue it", c.Out, r.st.Step, c.Steps)
 		return res, nil
@@ -888,9 +907,20 @@ func (r *runner) loop(ctx context.Context) (Result, error) {
 		stepNo := r.st.Step + 1
 		logNow := stepNo%c.LogEvery == 0 || stepNo == 1 || stepNo == c.Steps
 		factor := r.sched.Factor(r.st.Step)
+		profNow := prof != nil && stepNo == c.ProfileStep
+		if profNow {
+			if err := prof.StartProfile(); err != nil {
+				return res, fmt.Errorf("train: step %d: %w", stepNo, err)
+			}
+		}
 		out, err := r.step(buf, in, tgt, logNow)
 		if err != nil {
 			return res, err
+		}
+		if profNow {
+			if res.Profile, err = prof.StopProfile(); err != nil {
+				return res, fmt.Errorf("train: step %d: %w", stepNo, err)
+			}
 		}
 		r.st.Step = stepNo
 		r.st.Tokens += tokensPerStep

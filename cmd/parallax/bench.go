@@ -26,8 +26,9 @@ around the op and a Sync. The median of --iters runs after one warm-up run
 is reported.
 
 train times whole training steps of a preset model instead, through the
-runner of 'parallax train' (Muon, the embedded corpus, the dtype train
-picks) with no evaluation and no checkpoint, its files in a temporary
+runner of 'parallax train' (the embedded corpus, the dtype train picks;
+GPT-2's tokens for a vocabulary of 50257 or more, so Qwen3's 151936-token
+presets run at their true width, the ids past GPT-2's never occurring) with no evaluation and no checkpoint, its files in a temporary
 directory that is removed afterwards. It reports the median wall-clock step
 time of the steps after the W warm-up ones, tokens/s (B L per step), the
 parameter count N, the final training loss and, where the device reports
@@ -44,9 +45,15 @@ utilisation MFU = 6 N tokens/s / peak.
                                        L entries; bytes of K and V read
   train      --config NAME             model preset (default small)
              --attention A             parallax (default) or softmax
+             --optimizer O             muon (default, Muon + AdamW) or adamw
              --batch B --seq L         tokens per step B L (default 16 x 512)
              --steps N --warmup W      N steps, the first W untimed
                                        (default 30 and 5)
+             --profile                 also time every op of step W+1 with
+                                       the device's timers (CUDA events,
+                                       Vulkan timestamps) and print the
+                                       breakdown: calls, ms, share and the
+                                       achieved TFLOP/s or GB/s of each op
 
 Known ceilings: NVIDIA H200 about 4.4 TB/s (decode's KV read, cuDNN) and
 800 TFLOP/s (bf16 matrix products, cuBLAS), both measured.
@@ -58,6 +65,7 @@ const benchExamples = `
   parallax bench decode --device vulkan:0 --shape 32,32,8,16384,128 --dtype bf16
   parallax bench train --device cuda:0 --config small --batch 16 --seq 512 --json
   parallax bench train --device cpu --config tiny --batch 2 --seq 32 --steps 6 --warmup 2
+  parallax bench train --device cuda:0 --config small --steps 8 --warmup 3 --profile
 `
 
 // gpuTimer is implemented by devices that time ops on the device itself.

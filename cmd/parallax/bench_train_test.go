@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -29,7 +30,7 @@ func TestBenchTrain(t *testing.T) {
 		want  string // in stdout for exit 0, in stderr otherwise
 		check func(t *testing.T, stdout string)
 	}{
-		{name: "text", args: base, want: "train parallax tiny [2,32] on cpu:0", check: checkBenchTrainText},
+		{name: "text", args: base, want: "train parallax tiny [2,32], muon, bpe tokens in a 4096 vocabulary, on cpu:0", check: checkBenchTrainText},
 		{name: "json", args: with("--attention", "softmax", "--json", "--peak-tflops", "0.5"),
 			want: `"op": "train softmax"`, check: checkBenchTrainJSON},
 
@@ -41,14 +42,20 @@ func TestBenchTrain(t *testing.T) {
 		{name: "zero batch", args: with("--batch", "0"), code: 2, want: "--batch 0 must be >= 1"},
 		{name: "negative batch", args: with("--batch", "-4"), code: 2, want: "--batch -4 must be >= 1"},
 		{name: "zero seq", args: with("--seq", "0"), code: 2, want: "--seq 0 must be >= 1"},
+		{name: "unknown optimizer", args: with("--optimizer", "sgd"), code: 2, want: `--optimizer "sgd": want muon or adamw`},
+		{name: "adamw", args: with("--optimizer", "adamw", "--steps", "2"), want: "train parallax tiny [2,32], adamw, bpe tokens"},
 		{name: "unknown attention", args: with("--attention", "linear"), code: 2, want: `--attention "linear": want parallax or softmax`},
 		{name: "negative peak", args: with("--peak-tflops", "-1"), code: 2, want: "--peak-tflops -1"},
 		{name: "NaN peak", args: with("--peak-tflops", "NaN"), code: 2, want: "--peak-tflops NaN"},
 		{name: "op flag", args: with("--shape", "1,2,3"), code: 2, want: "unknown flag: --shape"},
 		{name: "positional", args: with("tiny"), code: 2, want: `unexpected argument "tiny"`},
 		{name: "unknown device", args: with("--device", "nope:0"), code: 1, want: `parallax bench: bench train: open device "nope:0"`},
+		{name: "profile without timers", args: with("--profile"), code: 2, want: "--profile: cpu:0 ("},
+		{name: "profile not a bool", args: with("--profile=often"), code: 2, want: `invalid argument "often" for "--profile" flag`},
 
 		{name: "help", args: []string{"bench", "train", "--help"}, want: "--warmup int"},
+		{name: "help lists profile", args: []string{"bench", "train", "--help"}, want: "time every op of the first step after the warm-up"},
+		{name: "bench help lists profile", args: []string{"bench", "--help"}, want: "--profile                 also time every op of step W+1"},
 		{name: "bench help lists train", args: []string{"bench", "--help"}, want: "parallax bench train [--device ID]"},
 		{name: "missing kind", args: []string{"bench"}, code: 2, want: "attention, decode, matmul or train"},
 		{name: "unknown kind", args: []string{"bench", "frob"}, code: 2, want: `unknown benchmark "frob": attention, decode, matmul or train`},
@@ -181,5 +188,86 @@ func TestMedian(t *testing.T) {
 	}
 	if got := median(nil); !math.IsNaN(got) {
 		t.Errorf("median of nothing = %v, want NaN", got)
+	}
+}
+
+// TestWriteBenchProfile checks the breakdown printed after the result line
+// of "bench train --profile".
+func TestWriteBenchProfile(t *testing.T) {
+	p := engine.Profile{
+		{Name: "gemm bf16 8192x768x768 nt", Calls: 12, Millis: 6, FLOPs: 12 * 2 * 8192 * 768 * 768},
+		{Name: "attn_fwd", Calls: 12, Millis: 3},
+		{Name: "memset", Calls: 40, Millis: 1, Bytes: 2e9},
+	}
+	for _, c := range []struct {
+		name string
+		r    benchTrainResult
+		want string
+	}{
+		{
+			name: "against the median step",
+			r:    benchTrainResult{Millis: 12.5, ProfileStep: 6, Profile: p},
+			want: "\nprofile of step 6 (device timers): 64 ops, 10 ms of device time (80% of the median step)\n" +
+				"op                         calls      ms   share  achieved\n" +
+				"gemm bf16 8192x768x768 nt     12   6.000   60.0%  19.33 TFLOP/s\n" +
+				"attn_fwd                      12   3.000   30.0%\n" +
+				"memset                        40   1.000   10.0%  2000 GB/s\n" +
+				"total                         64  10.000  100.0%\n",
+		},
+		{
+			name: "no ops",
+			r:    benchTrainResult{Millis: 1, ProfileStep: 2, Profile: engine.Profile{}},
+			want: "\nprofile of step 2 (device timers): 0 ops, 0 ms of device time (0% of the median step)\n" +
+				"op     calls     ms  share  achieved\n" +
+				"total      0  0.000      -\n",
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var b strings.Builder
+			writeBenchProfile(&b, c.r)
+			if b.String() != c.want {
+				t.Errorf("got:\n%s\nwant:\n%s", b.String(), c.want)
+			}
+		})
+	}
+}
+
+// TestBenchTrainProfileJSON checks the "profile" array of --json and that
+// it is absent without --profile.
+func TestBenchTrainProfileJSON(t *testing.T) {
+	r := benchTrainResult{Device: "cuda:0", Op: "train parallax", ProfileStep: 6, Profile: engine.Profile{
+		{Name: "gemm bf16 64x64x64 nn", Calls: 2, Millis: 0.5, FLOPs: 2 * 2 * 64 * 64 * 64, Bytes: 2 * 3 * 64 * 64 * 2},
+		{Name: "rmsnorm", Calls: 1, Millis: 0.25},
+	}}
+	var b strings.Builder
+	if err := writeJSON(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		ProfileStep int              `json:"profile_step"`
+		Profile     []map[string]any `json:"profile"`
+	}
+	if err := json.Unmarshal([]byte(b.String()), &got); err != nil {
+		t.Fatalf("%v\n%s", err, b.String())
+	}
+	if got.ProfileStep != 6 || len(got.Profile) != 2 {
+		t.Fatalf("profile_step %d, %d profile entries; want 6 and 2:\n%s", got.ProfileStep, len(got.Profile), b.String())
+	}
+	want := []map[string]any{
+		{"name": "gemm bf16 64x64x64 nn", "calls": 2.0, "ms": 0.5, "flops": 1048576.0, "bytes": 49152.0},
+		{"name": "rmsnorm", "calls": 1.0, "ms": 0.25}, // no flops or bytes: unknown
+	}
+	for i := range want {
+		if !reflect.DeepEqual(got.Profile[i], want[i]) {
+			t.Errorf("profile[%d] = %v, want %v", i, got.Profile[i], want[i])
+		}
+	}
+
+	b.Reset()
+	if err := writeJSON(&b, benchTrainResult{Device: "cpu:0"}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "profile") {
+		t.Errorf("JSON without --profile mentions a profile:\n%s", b.String())
 	}
 }

@@ -8,12 +8,14 @@ import (
 )
 
 // CrossEntropy is the fused softmax cross-entropy; see engine.Ops. Each row
-// subtracts its maximum before exponentiating and sums the exponentials in
-// float64; the row's exponentials are kept, so each logit is exponentiated
-// once. A target outside [0, V) that is not the ignore index is an error
-// (returned and kept for Sync) and nothing is written.
+// of logits [N, W] subtracts the maximum of its C = o.Classes (or W) class
+// columns before exponentiating and sums the exponentials in float64; the
+// row's exponentials are kept, so each logit is exponentiated once. The pad
+// columns [C, W) are never read, and zeroed in dLogits. A target outside
+// [0, C) that is not the ignore index is an error (returned and kept for
+// Sync) and nothing is written.
 func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o engine.CrossEntropyOpts) error {
-	n, v, err := engine.CheckCrossEntropy(loss, dLogits, logits, targets)
+	n, w, classes, err := engine.CheckCrossEntropy(loss, dLogits, logits, targets, o)
 	if err != nil {
 		return err
 	}
@@ -22,9 +24,9 @@ func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o e
 	}
 	tg := ints(targets)
 	for i, t := range tg {
-		if t != o.IgnoreIndex && (t < 0 || int(t) >= v) {
+		if t != o.IgnoreIndex && (t < 0 || int(t) >= classes) {
 			return d.fail(fmt.Errorf("cross entropy: targets[%d] = %d is outside [0, %d) and is not the ignore index %d",
-				i, t, v, o.IgnoreIndex))
+				i, t, classes, o.IgnoreIndex))
 		}
 	}
 	ls := loss.Storage().([]float32)
@@ -33,21 +35,21 @@ func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o e
 	if dLogits != nil {
 		dv = viewOf(dLogits)
 	}
-	d.parallelMin(n, rowChunk(v), func(lo, hi int) {
-		xbuf := make([]float32, v)
-		ebuf := make([]float32, v)
+	d.parallelMin(n, rowChunk(w), func(lo, hi int) {
+		xbuf := make([]float32, w)
+		ebuf := make([]float32, classes)
 		for r := lo; r < hi; r++ {
 			t := tg[r]
 			if t == o.IgnoreIndex {
 				ls[r] = 0
 				if dLogits != nil {
-					out := dv.span(xbuf, r*v, (r+1)*v)
+					out := dv.span(xbuf, r*w, (r+1)*w)
 					clear(out)
-					dv.commit(out, r*v)
+					dv.commit(out, r*w)
 				}
 				continue
 			}
-			x := lv.read(xbuf, r*v, (r+1)*v)
+			x := lv.read(xbuf, r*w, r*w+classes)
 			m := float32(math.Inf(-1))
 			for _, z := range x {
 				m = max(m, z)
@@ -59,7 +61,7 @@ func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o e
 				e[j] = ez
 				s += float64(ez)
 			}
-			// The other rows' mass, summed apart from e[t] so that p_t - 1 =
+			// The other classes' mass, summed apart from e[t] so that p_t - 1 =
 			// -others/s keeps its accuracy when p_t is close to 1.
 			others := s - float64(e[t])
 			if others < 0.5*s {
@@ -77,13 +79,14 @@ func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o e
 			}
 			// x is no longer needed: dLogits may alias logits, and xbuf may
 			// serve as the staging buffer.
-			out := dv.span(xbuf, r*v, (r+1)*v)
+			out := dv.span(xbuf, r*w, (r+1)*w)
 			c := float32(float64(o.GradScale) / s)
 			for j, ez := range e {
 				out[j] = ez * c
 			}
 			out[t] = float32(-float64(o.GradScale) * others / s)
-			dv.commit(out, r*v)
+			clear(out[classes:])
+			dv.commit(out, r*w)
 		}
 	})
 	return nil

@@ -75,7 +75,8 @@ func (d *Device) MuonMomentum(u, m, g *engine.Tensor, beta float32, nesterov boo
 }
 
 // FrobeniusNormalize writes out = x / (||x||_F + eps) per matrix over the
-// last two dimensions, the norms accumulated in float64; see engine.Ops.
+// last two dimensions, the norms accumulated in float64 in an order that
+// does not depend on the batch; see engine.Ops.
 func (d *Device) FrobeniusNormalize(out, x *engine.Tensor, eps float32) error {
 	batch, per, err := engine.CheckFrobeniusNormalize(out, x)
 	if err != nil {
@@ -88,19 +89,24 @@ func (d *Device) FrobeniusNormalize(out, x *engine.Tensor, eps float32) error {
 		return nil
 	}
 	xv, ov := viewOf(x), viewOf(out)
-	inv := make([]float64, batch)
-	if batch >= d.threads {
-		d.parallel(batch, func(lo, hi int) {
-			for b := lo; b < hi; b++ {
-				inv[b] = sumSquares(xv, b*per, (b+1)*per)
-			}
-		})
-	} else {
-		for b := range inv {
-			inv[b] = d.parallelSumSquares(xv, b*per, (b+1)*per)
+	// Each matrix's sum is split into the same chunks (parallelSumSquares's)
+	// whatever the batch, so a matrix normalises bit for bit alike alone or
+	// in a batch.
+	count, size := d.reduceChunks(per, elemChunk)
+	parts := make([]float64, batch*count)
+	d.parallelMin(batch*count, max(1, elemChunk/size), func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			b, c := t/count, t%count
+			s := b*per + c*size
+			parts[t] = sumSquares(xv, s, min(s+size, (b+1)*per))
 		}
-	}
-	for b, s := range inv {
+	})
+	inv := make([]float64, batch)
+	for b := range inv {
+		var s float64
+		for _, p := range parts[b*count : (b+1)*count] {
+			s += p
+		}
 		inv[b] = 1 / (math.Sqrt(s) + float64(eps))
 	}
 	d.eachBlock(batch*per, 2, func(lo, hi int, buf [][ewBlock]float32) {

@@ -169,10 +169,19 @@ func (d *Device) ltRun(g *C.pxcu_gemm, pa, pb, pc uint64) error {
 		}
 		d.algos[*g] = algo
 	}
+	prof := d.prof.on
+	if prof {
+		if err := d.profBegin(); err != nil {
+			return fmt.Errorf("cuda matmul: %w", err)
+		}
+	}
 	r := C.pxcu_lt_matmul(d.ctx, d.lt, g, unsafe.Pointer(&algo[0]), C.CUdeviceptr(pa), C.CUdeviceptr(pb), C.CUdeviceptr(pc),
 		C.CUdeviceptr(d.ltWS.ptr), C.size_t(ltWorkspace), d.stream)
 	if r != 0 {
 		return fmt.Errorf("cuda matmul: cublasLtMatmul failed (status %d) for m %d n %d k %d batch %d", int(r), g.m, g.n, g.k, g.batch)
+	}
+	if prof {
+		return d.profEnd(gemmProfile(g))
 	}
 	return nil
 }

@@ -208,6 +208,7 @@ type Device struct {
 	algos           map[C.pxcu_gemm]ltAlgo
 	errBuf          *buffer // [4]int32: code and details of the first kernel-detected error
 	decPart, decCnt *buffer // decode split partials and completion counters
+	prof            profiler
 	closed          bool
 }
 
@@ -263,7 +264,9 @@ func (d *Device) Alloc(dtype engine.DType, shape ...int) (*engine.Tensor, error)
 		return nil, fmt.Errorf("cuda alloc %v%v: %w", dtype, s, err)
 	}
 	if n > 0 {
-		if err := cuErr("memset", C.pxcu_memset8(d.ctx, C.CUdeviceptr(b.ptr), 0, C.size_t(n), d.stream)); err != nil {
+		if err := d.memOp("memset", n, func() C.CUresult {
+			return C.pxcu_memset8(d.ctx, C.CUdeviceptr(b.ptr), 0, C.size_t(n), d.stream)
+		}); err != nil {
 			d.alloc.put(b)
 			return nil, err
 		}
@@ -294,7 +297,9 @@ func (d *Device) Write(t *engine.Tensor, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	return cuErr("memcpy HtoD", C.pxcu_htod(d.ctx, C.CUdeviceptr(ptr(t)), unsafe.Pointer(&src[0]), C.size_t(len(src)), d.stream))
+	return d.memOp("memcpy HtoD", int64(len(src)), func() C.CUresult {
+		return C.pxcu_htod(d.ctx, C.CUdeviceptr(ptr(t)), unsafe.Pointer(&src[0]), C.size_t(len(src)), d.stream)
+	})
 }
 
 // Read waits for enqueued ops and copies t's bytes into dst. An error a
@@ -369,6 +374,9 @@ func (d *Device) Close() error {
 		d.mods.unload()
 	}
 	d.alloc.release()
+	if e := d.profFree(); err == nil {
+		err = e
+	}
 	C.pxcu_stream_destroy(d.ctx, d.stream)
 	C.pxcu_ctx_release(d.g.dev)
 	return err

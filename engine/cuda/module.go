@@ -411,11 +411,20 @@ func (d *Device) launch(module, name string, grid, block [3]int, smem int, a *ar
 	for i, o := range a.offs {
 		offs[i] = C.int(o)
 	}
+	prof := d.prof.on
+	if prof {
+		if err := d.profBegin(); err != nil {
+			return fmt.Errorf("cuda kernel %s: %w", name, err)
+		}
+	}
 	r := C.pxcu_launch(d.ctx, k.f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),
 		C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), C.uint(smem), d.stream,
 		unsafe.Pointer(&a.b[0]), &offs[0], C.int(len(a.offs)))
 	if r != 0 {
 		return fmt.Errorf("%w (kernel %s, grid %v, block %v, smem %d)", cuErr("cuLaunchKernel", r), name, grid, block, smem)
+	}
+	if prof {
+		return d.profEnd(name, 0, 0)
 	}
 	return nil
 }

@@ -37,7 +37,10 @@ func (d *Device) castRaw(dst uint64, dd engine.DType, src uint64, sd engine.DTyp
 		return nil
 	}
 	if dd == sd {
-		return cuErr("memcpy DtoD", C.pxcu_dtod(d.ctx, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n*int64(dd.Size())), d.stream))
+		nb := n * int64(dd.Size())
+		return d.memOp("memcpy DtoD", 2*nb, func() C.CUresult { // read and written
+			return C.pxcu_dtod(d.ctx, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(nb), d.stream)
+		})
 	}
 	return d.launch(ew, "cast", grid1(n), threads256, 0, newArgs().p(dst).i(dtCode(dd)).p(src).i(dtCode(sd)).l(n))
 }
@@ -47,7 +50,9 @@ func (d *Device) zero(p uint64, n int64) error {
 	if n == 0 {
 		return nil
 	}
-	return cuErr("memset", C.pxcu_memset8(d.ctx, C.CUdeviceptr(p), 0, C.size_t(n), d.stream))
+	return d.memOp("memset", n, func() C.CUresult {
+		return C.pxcu_memset8(d.ctx, C.CUdeviceptr(p), 0, C.size_t(n), d.stream)
+	})
 }
 
 // Embedding gathers rows of table; an out-of-range id is reported at Sync.
@@ -267,10 +272,12 @@ func (d *Device) KVAppend(cache, x *engine.Tensor, start int) error {
 		newArgs().p(ptr(cache)).i(dt(cache)).p(ptr(x)).i(dt(x)).i(b).i(h).i(n).i(capacity).i(dim).i(start))
 }
 
-// CrossEntropy is the fused softmax cross-entropy, one block per row; a
-// target out of range (and not ignored) is reported at Sync.
+// CrossEntropy is the fused softmax cross-entropy, one block per row; the
+// kernel takes the row stride W and the class count C apart, reads only the
+// class columns [0, C) and zeroes dLogits' pad columns [C, W). A target
+// outside [0, C) (and not ignored) is reported at Sync.
 func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o engine.CrossEntropyOpts) error {
-	n, v, err := engine.CheckCrossEntropy(loss, dLogits, logits, targets)
+	n, w, classes, err := engine.CheckCrossEntropy(loss, dLogits, logits, targets, o)
 	if err != nil {
 		return err
 	}
@@ -282,7 +289,7 @@ func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o e
 		dl, dtdl = ptr(dLogits), dt(dLogits)
 	}
 	return d.launch(ew, "cross_entropy", rowGrid(n), threads256, 0,
-		newArgs().p(ptr(loss)).p(dl).i(dtdl).p(ptr(logits)).i(dt(logits)).p(ptr(targets)).i(n).i(v).
+		newArgs().p(ptr(loss)).p(dl).i(dtdl).p(ptr(logits)).i(dt(logits)).p(ptr(targets)).i(n).i(w).i(classes).
 			i(int(o.IgnoreIndex)).f(o.GradScale).p(d.errBuf.ptr))
 }
 

@@ -1,6 +1,7 @@
 package enginetest
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -592,59 +593,181 @@ func copyCases(o Options, dt engine.DType) []Case {
 
 // ---- cross entropy ----
 
+// crossEntropyCases cover full rows (Classes 0, and Classes == W) and rows
+// padded past the classes (Classes < W: pad columns [C, W) that must not
+// count). The pad logits hold a poison (a huge finite value, NaN or +Inf)
+// that would dominate the loss if read, and a separate dLogits is poisoned
+// too (7 in the class columns, NaN in the pad), so that only values the op
+// wrote pass: the pad of dLogits must come back exactly 0, and a NaN
+// anywhere fails (RelErr and the pad check turn it into +Inf).
+//
+// Tolerances: the loss is stored as F32 after a sum of C exponentials,
+// Tol(F32, C); dLogits is that softmax rounded to dt, Tol(dt, C); the pad
+// columns are stored zeros, exact (0).
 func crossEntropyCases(o Options, dt engine.DType) []Case {
 	const ignore = -100
 	var cs []Case
 	for _, s := range []struct {
-		n, v  int
-		alias bool
-	}{{12, 50, false}, {6, 700, true}} {
-		name := fmt.Sprintf("logits [%d,%d], every 4th row ignored", s.n, s.v)
-		if s.alias {
+		n, w, classes int     // classes 0: every column is a class
+		pad           float64 // the pad logits (never read)
+		alias, noGrad bool    // dLogits aliases logits; loss only (dLogits nil)
+	}{
+		{12, 50, 0, 0, false, false},
+		{6, 700, 0, 0, true, false},
+		{7, 64, 64, 0, false, false},
+		{12, 128, 50, 1000, false, false},
+		{9, 300, 257, math.NaN(), false, false},
+		{6, 768, 700, 1000, true, false},
+		{4, 640, 130, 1000, true, false},
+		{10, 256, 200, math.Inf(1), false, true},
+	} {
+		c := s.classes
+		if c == 0 {
+			c = s.w
+		}
+		name := fmt.Sprintf("logits [%d,%d], every 4th row ignored", s.n, s.w)
+		switch {
+		case c < s.w:
+			name = fmt.Sprintf("logits [%d,%d], classes %d (pad logits %g), every 4th row ignored", s.n, s.w, s.classes, s.pad)
+		case s.classes != 0:
+			name = fmt.Sprintf("logits [%d,%d], classes %d = W, every 4th row ignored", s.n, s.w, s.classes)
+		}
+		switch {
+		case s.alias:
 			name += ", dLogits aliases logits"
+		case s.noGrad:
+			name += ", loss only"
 		}
 		cs = append(cs, Case{Op: "cross entropy", Name: name, DType: dt, Run: func(dev engine.Device, rng *rand.Rand) ([]Metric, error) {
 			ts := NewTensors(dev)
 			defer ts.Free()
-			lv := Normal(rng, dt, s.n*s.v, 3)
-			tf, ti := make([]float64, s.n), make([]int, s.n)
+			lv := Normal(rng, dt, s.n*s.w, 3)
+			poison := make([]float64, s.n*s.w)
+			for i := range lv {
+				if i%s.w >= c {
+					lv[i], poison[i] = s.pad, math.NaN()
+				} else {
+					poison[i] = 7
+				}
+			}
+			tf, ti, lossPoison := make([]float64, s.n), make([]int, s.n), make([]float64, s.n)
 			counted := 0
 			for i := range ti {
-				ti[i] = rng.IntN(s.v)
-				if i%4 == 1 {
+				lossPoison[i] = 7 // ignored rows must be written 0
+				ti[i] = rng.IntN(c)
+				switch {
+				case i%4 == 1:
 					ti[i] = ignore
-				} else {
+				case i == 0:
+					ti[i] = c - 1 // the last class, next to the pad
+				}
+				if ti[i] != ignore {
 					counted++
 				}
 				tf[i] = float64(ti[i])
 			}
 			scale := 1 / float64(counted)
-			logits, targets, loss := ts.Up(dt, lv, s.n, s.v), ts.Up(engine.I32, tf, s.n), ts.New(engine.F32, s.n)
-			dl := logits
-			if !s.alias {
-				dl = ts.New(dt, s.n, s.v)
+			logits, targets, loss := ts.Up(dt, lv, s.n, s.w), ts.Up(engine.I32, tf, s.n), ts.Up(engine.F32, lossPoison, s.n)
+			var dl *engine.Tensor
+			switch {
+			case s.alias:
+				dl = logits
+			case !s.noGrad:
+				dl = ts.Up(dt, poison, s.n, s.w)
 			}
 			if err := ts.Err(); err != nil {
 				return nil, err
 			}
-			var c opMetrics
-			c.do(dev.CrossEntropy(loss, dl, logits, targets, engine.CrossEntropyOpts{IgnoreIndex: ignore, GradScale: float32(scale)}))
-			wl, wd := ref.CrossEntropy(lv, ti, s.n, s.v, ignore, scale)
-			c.cmp("loss", loss, wl, Tol(engine.F32, s.v))
-			c.cmp("dLogits", dl, wd, Tol(dt, s.v))
+			var m opMetrics
+			m.do(dev.CrossEntropy(loss, dl, logits, targets,
+				engine.CrossEntropyOpts{IgnoreIndex: ignore, GradScale: float32(scale), Classes: s.classes}))
+			wl, wd := ref.CrossEntropyPadded(lv, ti, s.n, s.w, c, ignore, scale)
+			m.cmp("loss", loss, wl, Tol(engine.F32, c))
+			if dl == nil {
+				return m.result()
+			}
+			m.cmp("dLogits", dl, wd, Tol(dt, c))
+			got := m.get(dl)
+			if got == nil {
+				return m.result()
+			}
+			if c < s.w {
+				m.list = append(m.list, Metric{Name: "dLogits pad", Err: padErr(got, s.w, c), Tol: 0})
+			}
 			f := func(z []float64) float64 {
-				l, _ := ref.CrossEntropy(z, ti, s.n, s.v, ignore, scale)
+				l, _ := ref.CrossEntropyPadded(z, ti, s.n, s.w, c, ignore, scale)
 				var sum float64
 				for _, x := range l {
 					sum += scale * x
 				}
 				return sum
 			}
-			c.fd(rng, "dLogits", c.get(dl), wd, f, lv, Tol(dt, s.v))
-			return c.result()
+			m.fd(rng, "dLogits", got, wd, f, lv, Tol(dt, c))
+			return m.result()
 		}})
 	}
+	// A target in the pad columns is out of range, and Classes outside
+	// [0, W] is an argument error.
+	const n, w, classes = 4, 128, 100
+	cs = append(cs, Case{Op: "cross entropy", Name: fmt.Sprintf("logits [%d,%d], classes %d, errors", n, w, classes), DType: dt,
+		Run: func(dev engine.Device, rng *rand.Rand) ([]Metric, error) {
+			ts := NewTensors(dev)
+			defer ts.Free()
+			logits, loss, dl := ts.Up(dt, Normal(rng, dt, n*w, 1), n, w), ts.New(engine.F32, n), ts.New(dt, n, w)
+			if err := ts.Err(); err != nil {
+				return nil, err
+			}
+			var list []Metric
+			for _, bad := range []int{classes, w - 1} {
+				targets := ts.Up(engine.I32, []float64{0, ignore, float64(bad), classes - 1}, n)
+				if err := ts.Err(); err != nil {
+					return nil, err
+				}
+				err := dev.CrossEntropy(loss, dl, logits, targets, engine.CrossEntropyOpts{IgnoreIndex: ignore, GradScale: 1, Classes: classes})
+				// The error is returned, or reported by Sync (a device-side
+				// check); either way Sync must be clean afterwards.
+				if serr := dev.Sync(); err == nil {
+					err = serr
+				}
+				if err == nil {
+					return nil, fmt.Errorf("target %d (in the pad columns [%d, %d)) was not reported", bad, classes, w)
+				}
+				if err := dev.Sync(); err != nil {
+					return nil, fmt.Errorf("target %d: Sync still reports %w after the error was taken", bad, err)
+				}
+				list = append(list, Metric{Name: fmt.Sprintf("target %d rejected", bad), Err: 0, Tol: 0})
+			}
+			targets := ts.Up(engine.I32, []float64{0, 1, 2, 3}, n)
+			if err := ts.Err(); err != nil {
+				return nil, err
+			}
+			for _, bad := range []int{-1, w + 1} {
+				err := dev.CrossEntropy(loss, dl, logits, targets, engine.CrossEntropyOpts{IgnoreIndex: ignore, GradScale: 1, Classes: bad})
+				var ae *engine.ArgError
+				if !errors.As(err, &ae) {
+					return nil, fmt.Errorf("classes %d: want an argument error, got %v", bad, err)
+				}
+				list = append(list, Metric{Name: fmt.Sprintf("classes %d rejected", bad), Err: 0, Tol: 0})
+			}
+			return list, nil
+		}})
 	return cs
+}
+
+// padErr is the largest magnitude in the pad columns [c, w) of the rows of
+// g (width w): 0 when every pad entry is exactly zero, +Inf for a NaN.
+func padErr(g []float64, w, c int) float64 {
+	var e float64
+	for i, x := range g {
+		if i%w < c {
+			continue
+		}
+		if math.IsNaN(x) {
+			return math.Inf(1)
+		}
+		e = max(e, math.Abs(x))
+	}
+	return e
 }
 
 // ---- optimizers ----

@@ -232,16 +232,27 @@ func KVAppend(cache, x []float64, b, h, capacity, n, d, start int) []float64 {
 
 // CrossEntropy returns the per-row loss logsumexp(logits[r]) -
 // logits[r, t_r] of logits [n, v] (0 where t_r == ignore) and dLogits =
-// gradScale (softmax(logits[r]) - onehot(t_r)) (zero rows where ignored).
+// gradScale (softmax(logits[r]) - onehot(t_r)) (zero rows where ignored):
+// CrossEntropyPadded with every column a class.
 func CrossEntropy(logits []float64, targets []int, n, v, ignore int, gradScale float64) (loss, dLogits []float64) {
+	return CrossEntropyPadded(logits, targets, n, v, v, ignore, gradScale)
+}
+
+// CrossEntropyPadded is CrossEntropy over rows of width w of which only the
+// first c columns are classes: loss[r] = logsumexp(logits[r, :c]) -
+// logits[r, t_r] (0 where t_r == ignore) and, for j < c, dLogits[r, j] =
+// gradScale (softmax(logits[r, :c])_j - [j == t_r]); dLogits is 0 in the
+// pad columns c <= j < w and in ignored rows. The pad logits are never
+// read. Every target other than ignore must lie in [0, c).
+func CrossEntropyPadded(logits []float64, targets []int, n, w, c, ignore int, gradScale float64) (loss, dLogits []float64) {
 	loss = make([]float64, n)
-	dLogits = make([]float64, n*v)
+	dLogits = make([]float64, n*w)
 	for r := range n {
 		t := targets[r]
 		if t == ignore {
 			continue
 		}
-		x := logits[r*v : (r+1)*v]
+		x := logits[r*w : r*w+c]
 		m := math.Inf(-1)
 		for _, z := range x {
 			m = max(m, z)
@@ -257,10 +268,10 @@ func CrossEntropy(logits []float64, targets []int, n, v, ignore int, gradScale f
 			p := math.Exp(z - lse)
 			if j != t {
 				others += p
-				dLogits[r*v+j] = gradScale * p
+				dLogits[r*w+j] = gradScale * p
 			}
 		}
-		dLogits[r*v+t] = -gradScale * others
+		dLogits[r*w+t] = -gradScale * others
 	}
 	return loss, dLogits
 }

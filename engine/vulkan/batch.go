@@ -363,8 +363,18 @@ func (b *batcher) copy(src *region, so uint64, dst *region, do uint64, n uint64)
 		{src.buffer(), src.off + so, src.off + so + n, false},
 		{dst.buffer(), dst.off + do, dst.off + do + n, true},
 	})
+	prof := b.d.prof.on
+	var q int
+	if prof {
+		if q, err = b.d.profBegin(f); err != nil {
+			return err
+		}
+	}
 	C.px_copy(b.d.px, unsafe.Pointer(f.cmd), C.pxHandle(src.buffer()), C.pxHandle(dst.buffer()),
 		C.uint64_t(src.off+so), C.uint64_t(dst.off+do), C.uint64_t(n))
+	if prof {
+		b.d.profEnd(f, q, profOp{name: "copy buffer", bytes: 2 * float64(n)}) // read and written
+	}
 	return b.touched(src, dst)
 }
 
@@ -375,7 +385,17 @@ func (b *batcher) fill(r *region, off, n uint64, value uint32) error {
 		return err
 	}
 	b.hazard(f, []access{{r.buffer(), r.off + off, r.off + off + n, true}})
+	prof := b.d.prof.on
+	var q int
+	if prof {
+		if q, err = b.d.profBegin(f); err != nil {
+			return err
+		}
+	}
 	C.px_fill(b.d.px, unsafe.Pointer(f.cmd), C.pxHandle(r.buffer()), C.uint64_t(r.off+off), C.uint64_t(n), C.uint32_t(value))
+	if prof {
+		b.d.profEnd(f, q, profOp{name: "fill buffer", bytes: float64(n)})
+	}
 	return b.touched(r)
 }
 

@@ -50,6 +50,7 @@ type Device struct {
 
 	ropeTables map[ropeKey]*region
 	queries    handle // timestamp query pool (Timed)
+	prof       profiler
 
 	mu      sync.Mutex
 	pending error // the first error raised while executing, for Sync
@@ -214,6 +215,7 @@ func (d *Device) Close() error {
 		if d.queries != 0 {
 			vk.DestroyQueryPool(d.dev, vkOf[vk.QueryPool](d.queries), nil)
 		}
+		d.profFree()
 		d.pipes.destroy()
 		d.b.destroy()
 		if d.stage != nil {

@@ -134,6 +134,11 @@ func (d *Device) flexWG() int {
 // invocations (specialization constant 0) with the given constants, push
 // constants and bindings; binding i's dtype becomes constant 100+i.
 func (d *Device) launch(kernel string, wg int, sp spec, pc []uint32, g grid, args ...arg) error {
+	prof := d.prof.on
+	var op profOp
+	if prof {
+		op = d.takeTag(kernel, sp)
+	}
 	if g[0] == 0 || g[1] == 0 || g[2] == 0 {
 		return nil
 	}
@@ -182,6 +187,12 @@ func (d *Device) launch(kernel string, wg int, sp spec, pc []uint32, g grid, arg
 	full32 := make([]uint32, pushBytes/4)
 	copy(full32, pc)
 	pcp := unsafe.Pointer(&full32[0])
+	var q int
+	if prof {
+		if q, err = d.profBegin(f); err != nil {
+			return fmt.Errorf("vulkan: kernel %s: %w", kernel, err)
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		res := C.px_dispatch(d.px, unsafe.Pointer(f.cmd), C.pxHandle(pl.pipe), C.pxHandle(pl.layout), C.pxHandle(pl.setLayout), C.pxHandle(pool),
 			C.int(len(args)), (*C.uint64_t)(&bufs[0]), (*C.uint64_t)(&offs[0]), (*C.uint64_t)(&sizes[0]),
@@ -196,6 +207,9 @@ func (d *Device) launch(kernel string, wg int, sp spec, pc []uint32, g grid, arg
 		if pool, err = d.b.descriptorPool(f, true); err != nil {
 			return err
 		}
+	}
+	if prof {
+		d.profEnd(f, q, op)
 	}
 	return d.b.touched(regs...)
 }

@@ -5,10 +5,12 @@ import (
 )
 
 // CrossEntropy is the fused softmax cross-entropy, one workgroup per row
-// (shaders/cross_entropy.comp); see engine.Ops. A target outside [0, V)
-// that is not the ignore index is reported by Sync.
+// (shaders/cross_entropy.comp); see engine.Ops. The shader takes the row
+// stride W of logits [N, W] and the class count C apart: it reads only the
+// class columns [0, C) and zeroes dLogits' pad columns [C, W). A target
+// outside [0, C) that is not the ignore index is reported by Sync.
 func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o engine.CrossEntropyOpts) error {
-	n, v, err := engine.CheckCrossEntropy(loss, dLogits, logits, targets)
+	n, w, classes, err := engine.CheckCrossEntropy(loss, dLogits, logits, targets, o)
 	if err != nil {
 		return err
 	}
@@ -22,6 +24,6 @@ func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o e
 	if dLogits == logits {
 		lg.write = true
 	}
-	pc := push(uint32(n), uint32(v), int(o.IgnoreIndex), o.GradScale, dLogits != nil)
+	pc := push(uint32(n), uint32(w), uint32(classes), int(o.IgnoreIndex), o.GradScale, dLogits != nil)
 	return d.launch("cross_entropy", d.flexWG(), nil, pc, d.groups1(n), lg, in(targets), out(loss), d.opt(dLogits, true), d.statusArg())
 }

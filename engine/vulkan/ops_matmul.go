@@ -61,6 +61,7 @@ func (d *Device) matmulScalar(o, a, b *engine.Tensor, opts engine.MatMulOpts, di
 		nz := min(maxZ, dims.Batch-z0)
 		pc := push(uint32(dims.M), uint32(dims.N), uint32(dims.K), opts.TransA, opts.TransB, opts.Accumulate,
 			uint32(dims.M*dims.K), uint32(sb), uint32(dims.M*dims.N), uint32(z0))
+		d.profileGemm(o, a, b, opts, dims, nz)
 		if err := d.launch("matmul", mmWG, spec{1: tm, 2: tn, 3: 16}, pc, grid{uint32(gx), uint32(gy), uint32(nz)}, in(a), in(b), out(o)); err != nil {
 			return err
 		}
@@ -87,6 +88,7 @@ func (d *Device) matmulCoop(o, a, b *engine.Tensor, opts engine.MatMulOpts, dims
 		nz := min(maxZ, dims.Batch-z0)
 		pc := push(uint32(dims.M), uint32(dims.N), uint32(dims.K), opts.TransA, opts.TransB, opts.Accumulate,
 			uint32(dims.M*dims.K), uint32(sb), uint32(dims.M*dims.N), uint32(z0))
+		d.profileGemm(o, a, b, opts, dims, nz)
 		if err := d.launch("matmul_coop", 128, nil, pc, grid{uint32(gx), uint32(gy), uint32(nz)}, in(a), in(b), out(o)); err != nil {
 			return err
 		}

@@ -64,7 +64,7 @@ __device__ __forceinline__ void stf(void *p, int dt, i64 i, float v) {
 // Device error word: [code, a, b, c], the first error wins. Codes:
 // 1 embedding id out of range (id, position, V); 2 decode lens out of range
 // (b, lens[b], Cap); 3 singular LLA row (row, position, D); 4 cross entropy
-// target out of range (target, row, V).
+// target out of range (target, row, number of classes C).
 __device__ __forceinline__ void raise_error(int *err, int code, int a, int b, int c) {
 	if (atomicCAS(err, 0, code) == 0) {
 		err[1] = a;

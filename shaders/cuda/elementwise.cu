@@ -243,37 +243,45 @@ extern "C" __global__ void rope(void *out, int dto, const void *x, int dtx, cons
 	}
 }
 
-// cross_entropy: one block per row; loss = logsumexp - x_t, dLogits =
-// scale (softmax - onehot) (may alias logits: each element is read before
-// the same thread writes it).
+// cross_entropy: one block per row of logits [N, W] (row stride W), whose
+// first C columns are the classes; loss = logsumexp(x[:C]) - x_t, dLogits =
+// scale (softmax(x[:C]) - onehot) in [0, C) and 0 in the pad columns
+// [C, W), which are never read. dLogits may alias logits: each element is
+// read before the same thread writes it. A target outside [0, C) that is
+// not ignored raises error 4 (target, row, C) and the row gets loss 0 and a
+// zero gradient.
 extern "C" __global__ void cross_entropy(float *loss, void *dl, int dtdl, const void *logits, int dtl,
-                                         const int *targets, int N, int V, int ignore, float scale, int *err) {
+                                         const int *targets, int N, int W, int C, int ignore, float scale, int *err) {
 	__shared__ double sh[33];
 	__shared__ float shf[33];
 	for (int r = blockIdx.x; r < N; r += gridDim.x) {
 		int t = targets[r];
-		i64 base = (i64)r * V;
-		bool bad = t != ignore && (t < 0 || t >= V);
+		i64 base = (i64)r * W;
+		bool bad = t != ignore && (t < 0 || t >= C);
 		if (t == ignore || bad) {
-			if (bad && threadIdx.x == 0) raise_error(err, 4, t, r, V);
+			if (bad && threadIdx.x == 0) raise_error(err, 4, t, r, C);
 			if (threadIdx.x == 0) loss[r] = 0;
 			if (dl)
-				for (int c = threadIdx.x; c < V; c += blockDim.x) stf(dl, dtdl, base + c, 0.0f);
+				for (int c = threadIdx.x; c < W; c += blockDim.x) stf(dl, dtdl, base + c, 0.0f);
 			continue;
 		}
 		float m = NEG_INF;
-		for (int c = threadIdx.x; c < V; c += blockDim.x) m = fmaxf(m, ldf(logits, dtl, base + c));
+		for (int c = threadIdx.x; c < C; c += blockDim.x) m = fmaxf(m, ldf(logits, dtl, base + c));
 		m = block_maxf(m, shf);
 		double s = 0;
-		for (int c = threadIdx.x; c < V; c += blockDim.x) s += exp((double)(ldf(logits, dtl, base + c) - m));
+		for (int c = threadIdx.x; c < C; c += blockDim.x) s += exp((double)(ldf(logits, dtl, base + c) - m));
 		s = block_sumd(s, sh);
 		double lse = (double)m + log(s);
 		if (threadIdx.x == 0) loss[r] = (float)(lse - (double)ldf(logits, dtl, base + t));
 		__syncthreads(); // every thread has read x_t before any write
 		if (dl)
-			for (int c = threadIdx.x; c < V; c += blockDim.x) {
-				double p = exp((double)ldf(logits, dtl, base + c) - lse);
-				stf(dl, dtdl, base + c, (float)(scale * (p - (c == t ? 1.0 : 0.0))));
+			for (int c = threadIdx.x; c < W; c += blockDim.x) {
+				float g = 0.0f;
+				if (c < C) {
+					double p = exp((double)ldf(logits, dtl, base + c) - lse);
+					g = (float)(scale * (p - (c == t ? 1.0 : 0.0)));
+				}
+				stf(dl, dtdl, base + c, g);
 			}
 	}
 }

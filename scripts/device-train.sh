@@ -68,7 +68,7 @@ EOF
 
 if [[ $steps == *ours* ]]; then
 	for att in softmax parallax; do
-		for opt in adamw muon; do
+		for opt in ${OPTS:-adamw muon}; do
 			ours parallax --config gpt2-124m-like --attention $att --optimizer $opt
 		done
 	done
@@ -77,9 +77,9 @@ if [[ $steps == *ours* ]]; then
 	echo "$(($(date +%s) - t0)) s so far"
 fi
 if [[ $steps == *profile* ]]; then
-	for bin in parallax parallax-base; do
+	for bin in ${PROFILE_BINS:-parallax parallax-base}; do
 		[[ -x bin/$bin ]] || continue
-		for att in softmax parallax; do
+		for att in ${PROFILE_ATTS:-softmax parallax}; do
 			timeout 150 ./bin/$bin bench train --device cuda:0 --config gpt2-124m-like --attention $att --optimizer adamw \
 				--steps 8 --warmup 3 --profile >"$OUT/profile-$bin-$att.txt" 2>>"$OUT/ours.log"
 			echo "== profile $bin $att (exit $?)"

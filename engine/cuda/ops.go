@@ -101,9 +101,16 @@ func (d *Device) EmbeddingBackward(dTable, ids, dOut *engine.Tensor) error {
 	return nil
 }
 
+// ropeRows is ROPE_ROWS of elementwise.cu: the rows a rope thread rotates.
+const ropeRows = 16
+
 func rowGrid(rows int) [3]int { return [3]int{max(1, min(rows, 1<<20)), 1, 1} }
 
-// RMSNorm normalises rows, one block per row, sums in double.
+// warpRowGrid is the grid of a warp-per-row kernel in blocks of 256 threads
+// (8 rows a block; the kernels loop over the rest).
+func warpRowGrid(rows int) [3]int { return [3]int{max(1, min((rows+7)/8, 1<<20)), 1, 1} }
+
+// RMSNorm normalises rows, one warp per row.
 func (d *Device) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) error {
 	rows, n, err := engine.CheckRMSNorm(out, rstd, x, w)
 	if err != nil {
@@ -115,7 +122,7 @@ func (d *Device) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) error {
 	if rows == 0 || n == 0 {
 		return nil
 	}
-	return d.launch(ew, "rmsnorm", rowGrid(rows), threads256, 0,
+	return d.launch(ew, "rmsnorm", warpRowGrid(rows), threads256, 0,
 		newArgs().p(ptr(out)).i(dt(out)).p(ptr(rstd)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).l(int64(rows)).i(n).f(eps))
 }
 
@@ -132,7 +139,7 @@ func (d *Device) RMSNormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor) error 
 	if rows == 0 || n == 0 {
 		return nil
 	}
-	if err := d.launch(ew, "rmsnorm_bwd", rowGrid(rows), threads256, 0,
+	if err := d.launch(ew, "rmsnorm_bwd", warpRowGrid(rows), threads256, 0,
 		newArgs().p(ptr(dX)).i(dt(dX)).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).p(ptr(rstd)).l(int64(rows)).i(n)); err != nil {
 		return err
 	}
@@ -174,7 +181,10 @@ func (d *Device) rope(op string, out, x, pos *engine.Tensor, theta float32, inve
 	if inverse {
 		inv = 1
 	}
-	return d.launch(ew, "rope", grid1(int64(b*h*l)*int64(dim/2)), threads256, 0,
+	// x: (l, i) pairs, y: groups of ropeRows (b, h) rows sharing them.
+	g := grid1(int64(l) * int64(dim/2))
+	g[1] = max(1, min((b*h+ropeRows-1)/ropeRows, 65535))
+	return d.launch(ew, "rope", g, threads256, 0,
 		newArgs().p(ptr(out)).i(dt(out)).p(ptr(x)).i(dt(x)).p(ptr(pos)).i(b).i(h).i(l).i(dim).f(theta).i(inv))
 }
 
@@ -187,7 +197,7 @@ func (d *Device) SwiGLU(out, gate, up *engine.Tensor) error {
 	if err := d.own("swiglu", out, gate, up); err != nil {
 		return err
 	}
-	return d.launch(ew, "swiglu", grid1(int64(n)), threads256, 0,
+	return d.launch(ew, "swiglu", grid1((int64(n)+1)/2), threads256, 0,
 		newArgs().p(ptr(out)).i(dt(out)).p(ptr(gate)).i(dt(gate)).p(ptr(up)).i(dt(up)).l(int64(n)))
 }
 
@@ -201,7 +211,7 @@ func (d *Device) SwiGLUBackward(dGate, dUp, dOut, gate, up *engine.Tensor) error
 	if err := d.own(op, dGate, dUp, dOut, gate, up); err != nil {
 		return err
 	}
-	return d.launch(ew, "swiglu_bwd", grid1(int64(n)), threads256, 0,
+	return d.launch(ew, "swiglu_bwd", grid1((int64(n)+1)/2), threads256, 0,
 		newArgs().p(ptr(dGate)).i(dt(dGate)).p(ptr(dUp)).i(dt(dUp)).p(ptr(dOut)).i(dt(dOut)).
 			p(ptr(gate)).i(dt(gate)).p(ptr(up)).i(dt(up)).l(int64(n)))
 }
@@ -215,7 +225,7 @@ func (d *Device) AddScaled(out, a, b *engine.Tensor, alpha, beta float32) error 
 	if err := d.own("add scaled", out, a, b); err != nil {
 		return err
 	}
-	return d.launch(ew, "add_scaled", grid1(int64(n)), threads256, 0,
+	return d.launch(ew, "add_scaled", grid1((int64(n)+1)/2), threads256, 0,
 		newArgs().p(ptr(out)).i(dt(out)).p(ptr(a)).i(dt(a)).p(ptr(b)).i(dt(b)).l(int64(n)).f(alpha).f(beta))
 }
 
@@ -255,8 +265,22 @@ func (d *Device) SwapAxes12(dst, src *engine.Tensor) error {
 	if err := d.own("swapaxes12", dst, src); err != nil {
 		return err
 	}
-	return d.launch(ew, "swap12", grid1(int64(src.Numel())), threads256, 0,
-		newArgs().p(ptr(dst)).p(ptr(src)).i(src.DType().Size()).i(s[0]).i(s[1]).i(s[2]).i(s[3]))
+	// The widest unit that divides a row of D elements and both pointers'
+	// alignment: rows move as 16-byte (or 4-byte) pieces.
+	es := src.DType().Size()
+	row := s[3] * es
+	unit := es
+	for _, u := range []int{16, 4} {
+		if row%u == 0 && ptr(dst)%uint64(u) == 0 && ptr(src)%uint64(u) == 0 {
+			unit = u
+			break
+		}
+	}
+	if row == 0 {
+		return nil
+	}
+	return d.launch(ew, "swap12", grid1(int64(src.Numel())*int64(es)/int64(unit)), threads256, 0,
+		newArgs().p(ptr(dst)).p(ptr(src)).i(unit).i(s[0]).i(s[1]).i(s[2]).i(row/unit))
 }
 
 // KVAppend writes x into the cache at positions start.. (converting).

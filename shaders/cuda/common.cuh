@@ -61,6 +61,49 @@ __device__ __forceinline__ void stf(void *p, int dt, i64 i, float v) {
 	}
 }
 
+// pair is two consecutive elements as floats.
+struct pair {
+	float x, y;
+};
+
+// ld2f loads elements i and i+1 (i even, the tensor's base aligned to its
+// element size times two) as one 4-byte (8 for f32) access.
+__device__ __forceinline__ pair ld2f(const void *p, int dt, i64 i) {
+	pair r;
+	switch (dt) {
+	case DT_F32: {
+		u64 v = ((const u64 *)p)[i >> 1];
+		r.x = __uint_as_float((u32)v), r.y = __uint_as_float((u32)(v >> 32));
+		break;
+	}
+	case DT_BF16: {
+		u32 v = ((const u32 *)p)[i >> 1];
+		r.x = bf2f((u16)(v & 0xffffu)), r.y = bf2f((u16)(v >> 16));
+		break;
+	}
+	case DT_F16: {
+		u32 v = ((const u32 *)p)[i >> 1];
+		r.x = h2f((u16)(v & 0xffffu)), r.y = h2f((u16)(v >> 16));
+		break;
+	}
+	default: r.x = (float)((const int *)p)[i], r.y = (float)((const int *)p)[i + 1];
+	}
+	return r;
+}
+
+// st2f stores two rounded values at elements i and i+1 (i even) at once.
+__device__ __forceinline__ void st2f(void *p, int dt, i64 i, float a, float b) {
+	switch (dt) {
+	case DT_F32: ((u64 *)p)[i >> 1] = (u64)__float_as_uint(a) | ((u64)__float_as_uint(b) << 32); break;
+	case DT_BF16: ((u32 *)p)[i >> 1] = (u32)f2bf(a) | ((u32)f2bf(b) << 16); break;
+	case DT_F16: ((u32 *)p)[i >> 1] = (u32)f2h(a) | ((u32)f2h(b) << 16); break;
+	default:
+		((int *)p)[i] = (int)a;
+		((int *)p)[i + 1] = (int)b;
+		break;
+	}
+}
+
 // Device error word: [code, a, b, c], the first error wins. Codes:
 // 1 embedding id out of range (id, position, V); 2 decode lens out of range
 // (b, lens[b], Cap); 3 singular LLA row (row, position, D); 4 cross entropy

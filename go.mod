@@ -1,6 +1,6 @@
 module github.com/parallax-engine/parallax
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/go-gl/glfw/v3.3/glfw v0.0.0-20260823155953-d41da22a9587
@@ -8,4 +8,7 @@ require (
 	github.com/vulkan-go/vulkan v0.0.0-20210402152248-956e3850d8f9
 	github.com/x448/float16 v0.8.4
 	golang.org/x/image v0.40.0
+	golang.org/x/term v0.48.0
 )
+
+require golang.org/x/sys v0.50.0 // indirect

@@ -71,6 +71,10 @@ type Activations struct {
 	haveLoss   bool // targets were given
 	count      int  // counted targets
 	logitsGone bool // Backward turned logits into dLogits
+	// ForwardBackward: the forward's cross-entropy also writes dLogits,
+	// scaled for lossScale; gradReady says it did.
+	fuseGrad, gradReady bool
+	lossScale           float32
 }
 
 // alloc is an allocation helper that remembers the first error and every
@@ -258,4 +262,12 @@ func mat(t *engine.Tensor, cols int) *engine.Tensor {
 		panic("model: internal reshape: " + err.Error())
 	}
 	return v
+}
+
+// gradScale is the factor of dLogits: lossScale over the counted targets.
+func (a *Activations) gradScale() float32 {
+	if a.count == 0 {
+		return 0
+	}
+	return a.lossScale / float32(a.count)
 }

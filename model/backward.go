@@ -29,6 +29,13 @@ func (m *Model) Backward(lossScale float32) error {
 	case a.logitsGone:
 		return errors.New("backward: already run for this forward")
 	}
+	a.lossScale = lossScale
+	return m.backward(a)
+}
+
+// backward is Backward on a's forward; dLogits are computed first unless
+// the forward's cross-entropy already wrote them (ForwardBackward).
+func (m *Model) backward(a *Activations) error {
 	if err := m.AllocGrads(); err != nil {
 		return err
 	}
@@ -41,12 +48,10 @@ func (m *Model) Backward(lossScale float32) error {
 	hw := m.HeadWeight()
 
 	// Loss and head: dLogits = scale/count * (softmax - onehot), in place.
-	scale := float32(0)
-	if a.count > 0 {
-		scale = lossScale / float32(a.count)
+	if !a.gradReady {
+		r.crossEntropy(a.loss, a.logits, a.logits, a.targets, m.ceOpts(a.gradScale()))
+		a.logitsGone, a.gradReady = true, true
 	}
-	r.crossEntropy(a.loss, a.logits, a.logits, a.targets, m.ceOpts(scale))
-	a.logitsGone = true
 	if m.padV != c.Vocab {
 		m.headBackwardPadded(r, g.dln, hw, a)
 	} else {

@@ -26,6 +26,9 @@ const (
 // file is written to a temporary file and renamed, so an interrupted save
 // never leaves a partial file.
 func (m *Model) Save(dir string) error {
+	if m.dropped {
+		return fmt.Errorf("save model: %w", ErrInferenceOnly)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("save model: %w", err)
 	}
@@ -56,6 +59,12 @@ type LoadOptions struct {
 	// exactly those of the softmax model until W_R is trained. A Parallax
 	// checkpoint is loaded as it is.
 	ConvertParallax bool
+	// Inference frees the f32 master of every weight that has a compute copy
+	// once the copies are filled, so that a bf16 model holds about half the
+	// memory of an f32 one. The model can then run (Step, Generate,
+	// Evaluate, Logits) but not train or Save (ErrInferenceOnly); see
+	// InferenceOnly. It changes nothing with an f32 compute dtype.
+	Inference bool
 }
 
 // Load reads a model directory: ours (config.json + model.safetensors) or a
@@ -101,12 +110,27 @@ func load(dir string, dev engine.Device, o LoadOptions) (*Model, error) {
 			cfg.TiedEmbeddings = false
 		}
 	}
+	// Every tensor's shape against the files, then the memory, before
+	// anything is allocated: an absurd config must fail here, not by
+	// exhausting the device.
+	if err := checkWeights(ws, cfg, convert); err != nil {
+		return nil, err
+	}
+	if err := CheckMemory(dev, EstimateMemory(cfg, o.DType)); err != nil {
+		return nil, err
+	}
 	m, err := newEmpty(dev, cfg, o.DType)
 	if err != nil {
 		return nil, err
 	}
 	for _, p := range m.params {
 		if err := m.loadParam(ws, p, convert); err != nil {
+			m.Free()
+			return nil, err
+		}
+	}
+	if o.Inference {
+		if err := m.dropMasters(); err != nil {
 			m.Free()
 			return nil, err
 		}

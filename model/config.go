@@ -113,6 +113,14 @@ func (c Config) NumParams() int64 {
 	return n
 }
 
+// Size limits of a valid Config: at most MaxLayers blocks, and every width
+// (dim, ffn, heads, kv heads, head dim and heads x head dim) at most
+// MaxWidth. max seq must fit an int32 position.
+const (
+	MaxLayers = 1 << 14
+	MaxWidth  = 1 << 20
+)
+
 // Validate reports the first inconsistency in c, naming the field.
 func (c Config) Validate() error {
 	pos := []struct {
@@ -127,6 +135,22 @@ func (c Config) Validate() error {
 	}
 	if c.Vocab > math.MaxInt32 {
 		return fmt.Errorf("model config: vocab %d does not fit int32 token ids", c.Vocab)
+	}
+	// Limits far above any real model, so that a mistyped or absurd config
+	// is refused by name, and so that sizes multiply without overflow.
+	lim := []struct {
+		name   string
+		v, max int
+	}{{"layers", c.Layers, MaxLayers}, {"dim", c.Dim, MaxWidth}, {"ffn", c.FFN, MaxWidth},
+		{"heads", c.Heads, MaxWidth}, {"kv heads", c.KVHeads, MaxWidth}, {"head dim", c.HeadDim, MaxWidth},
+		{"max seq", c.MaxSeq, math.MaxInt32}}
+	for _, l := range lim {
+		if l.v > l.max {
+			return fmt.Errorf("model config: %s %d exceeds the limit %d", l.name, l.v, l.max)
+		}
+	}
+	if c.QDim() > MaxWidth {
+		return fmt.Errorf("model config: heads x head dim = %d exceeds the limit %d", c.QDim(), MaxWidth)
 	}
 	if c.Heads%c.KVHeads != 0 {
 		return fmt.Errorf("model config: heads %d is not a multiple of kv heads %d (grouped-query attention needs Hq = G*Hkv)", c.Heads, c.KVHeads)

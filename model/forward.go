@@ -31,6 +31,45 @@ func (m *Model) Evaluate(tokens, targets []int32, B, T int) (LossStats, error) {
 	return m.forwardBatch(tokens, targets, B, T, false)
 }
 
+// ForwardBackward is Forward followed by Backward(lossScale), with the loss
+// gradient computed by the forward's cross-entropy pass (one pass over the
+// [tokens, vocabulary] logits instead of two) and one host synchronisation,
+// at the end, where Forward and Backward have one each. The loss is
+// checked for NaN and infinity after the backward, so a non-finite loss
+// leaves gradients of no use (ErrNonFiniteLoss is returned as by Forward).
+// Logits are not readable afterwards; CORs and GateMeans are.
+func (m *Model) ForwardBackward(tokens, targets []int32, B, T int, lossScale float32) (LossStats, error) {
+	if targets == nil {
+		return LossStats{}, errors.New("forward-backward: no targets")
+	}
+	if err := m.checkTokens(tokens, targets, B, T); err != nil {
+		return LossStats{}, err
+	}
+	if T > m.Config.MaxSeq {
+		return LossStats{}, fmt.Errorf("forward: sequence length %d exceeds the model's max_seq %d", T, m.Config.MaxSeq)
+	}
+	a, err := m.activations(B, T, true)
+	if err != nil {
+		return LossStats{}, err
+	}
+	m.last = nil
+	if err := m.upload(a, tokens, targets, 0); err != nil {
+		return LossStats{}, err
+	}
+	a.lossScale = lossScale
+	a.fuseGrad = true
+	err = m.forward(a, nil, false)
+	a.fuseGrad = false
+	if err != nil {
+		return LossStats{}, fmt.Errorf("forward: %w", err)
+	}
+	m.last = a
+	if err := m.backward(a); err != nil {
+		return LossStats{}, err
+	}
+	return m.lossStats(a)
+}
+
 func (m *Model) forwardBatch(tokens, targets []int32, B, T int, train bool) (LossStats, error) {
 	if err := m.checkTokens(tokens, targets, B, T); err != nil {
 		return LossStats{}, err
@@ -88,7 +127,7 @@ func (m *Model) upload(a *Activations, tokens, targets []int32, start int) error
 	if err := writeInt32s(m.Dev, a.ids, tokens); err != nil {
 		return fmt.Errorf("upload tokens: %w", err)
 	}
-	a.haveLoss, a.count, a.logitsGone = targets != nil, 0, false
+	a.haveLoss, a.count, a.logitsGone, a.gradReady = targets != nil, 0, false, false
 	if targets != nil {
 		for _, t := range targets {
 			if t != IgnoreIndex {
@@ -144,7 +183,12 @@ func (m *Model) forward(a *Activations, cache *KVCache, last bool) error {
 	}
 	r.rmsnorm(a.lnf, a.lnfRstd, final, m.Norm.W, float32(c.NormEps))
 	r.linear(a.logits, a.lnf, m.HeadWeight().compute())
-	if a.haveLoss {
+	switch {
+	case a.haveLoss && a.fuseGrad:
+		// The loss and, in place, dLogits of lossScale * mean loss.
+		r.crossEntropy(a.loss, a.logits, a.logits, a.targets, m.ceOpts(a.gradScale()))
+		a.logitsGone, a.gradReady = true, true
+	case a.haveLoss:
 		r.crossEntropy(a.loss, nil, a.logits, a.targets, m.ceOpts(0))
 	}
 	return r.err

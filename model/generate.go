@@ -223,6 +223,11 @@ type GenerateOptions struct {
 	// callback.
 	Stop      []int
 	IgnoreEOS bool
+	// Suppress lists token ids that are never sampled: their logits are set
+	// to -Inf first, e.g. the ids of a model vocabulary larger than its
+	// tokenizer's, which could not be decoded. A suppressed stop token can
+	// therefore never end generation.
+	Suppress []int
 }
 
 // Generate continues prompt by up to n tokens: it prefills the prompt into a
@@ -243,6 +248,21 @@ func (m *Model) Generate(prompt []int, n int, o GenerateOptions, fn func(token i
 	s, err := NewSampler(o.Sample)
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
+	}
+	V := m.Config.Vocab
+	banned := make([]bool, V)
+	left := V
+	for _, t := range o.Suppress {
+		if t < 0 || t >= V {
+			return nil, fmt.Errorf("generate: suppressed token %d is outside the vocabulary [0, %d)", t, V)
+		}
+		if !banned[t] {
+			banned[t] = true
+			left--
+		}
+	}
+	if left == 0 {
+		return nil, fmt.Errorf("generate: all %d tokens are suppressed", V)
 	}
 	stop := map[int]bool{}
 	for _, t := range o.Stop {
@@ -268,6 +288,9 @@ func (m *Model) Generate(prompt []int, n int, o GenerateOptions, fn func(token i
 	}
 	var out []int
 	for len(out) < n {
+		for _, t := range o.Suppress {
+			logits[t] = float32(math.Inf(-1))
+		}
 		tok := s.Sample(logits)
 		if stop[tok] {
 			break

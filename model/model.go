@@ -61,7 +61,9 @@ func (k ParamKind) String() string {
 }
 
 // Param is one named parameter tensor. W is the f32 weight; G its gradient
-// (f32, same shape), nil until AllocGrads. Backward accumulates into G.
+// (f32, same shape), nil until AllocGrads. Backward accumulates into G. In a
+// model loaded with LoadOptions.Inference, W is nil for the weights that
+// have a compute copy C (see InferenceOnly).
 type Param struct {
 	Name string // Hugging Face Qwen3 name, e.g. "model.layers.0.self_attn.q_proj.weight"
 	W, G *engine.Tensor
@@ -91,8 +93,9 @@ type Block struct {
 type Model struct {
 	Config Config
 	Dev    engine.Device
-	// DType is the compute dtype of activations (and activation gradients):
-	// F32 by default; BF16 on GPUs. Parameters and their gradients are F32.
+	// DType is the compute dtype of activations (and activation gradients)
+	// and of the KV cache: F32 by default; BF16 on GPUs. Parameters and their
+	// gradients are F32.
 	DType engine.DType
 
 	Embed  *Param  // model.embed_tokens.weight [V, d]
@@ -109,6 +112,8 @@ type Model struct {
 	padIDs   *engine.Tensor
 	headGrad *engine.Tensor
 	stale    bool
+	// dropped: the masters of the copied weights were freed (InferenceOnly).
+	dropped bool
 
 	// gradHook and gradGroups: see SetGradHook.
 	gradHook   func(ps []*Param) error
@@ -283,6 +288,9 @@ func (m *Model) HeadWeight() *Param {
 // none yet. Backward calls it, so an explicit call is only needed to build
 // optimizer state before the first step.
 func (m *Model) AllocGrads() error {
+	if m.dropped {
+		return fmt.Errorf("allocate gradients: %w", ErrInferenceOnly)
+	}
 	for _, p := range m.params {
 		if p.G != nil {
 			continue
@@ -298,12 +306,14 @@ func (m *Model) AllocGrads() error {
 
 // ZeroGrads sets every allocated gradient to zero (Backward accumulates).
 func (m *Model) ZeroGrads() error {
+	var gs []*engine.Tensor
 	for _, p := range m.params {
 		if p.G != nil {
-			if err := m.Dev.Fill(p.G, 0); err != nil {
-				return fmt.Errorf("zero gradient of %s: %w", p.Name, err)
-			}
+			gs = append(gs, p.G)
 		}
+	}
+	if err := engine.FillAll(m.Dev, gs, 0); err != nil {
+		return fmt.Errorf("zero gradients: %w", err)
 	}
 	return nil
 }
@@ -312,7 +322,9 @@ func (m *Model) ZeroGrads() error {
 func (m *Model) Free() {
 	m.freeCompute()
 	for _, p := range m.params {
-		m.Dev.Free(p.W)
+		if p.W != nil { // nil: dropped by an inference-only load
+			m.Dev.Free(p.W)
+		}
 		if p.G != nil {
 			m.Dev.Free(p.G)
 		}

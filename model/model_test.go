@@ -605,3 +605,62 @@ func TestGateMeans(t *testing.T) {
 		t.Error("GateMeans on a model without the gate succeeded")
 	}
 }
+
+// TestForwardBackward: the fused call computes exactly what Forward then
+// Backward compute (the same ops in the same order on the CPU, so bit for
+// bit), with f32 and with bf16 compute (the padded head), and refuses a
+// second Backward.
+func TestForwardBackward(t *testing.T) {
+	for _, dt := range []engine.DType{engine.F32, engine.BF16} {
+		for _, v := range variants {
+			t.Run(fmt.Sprintf("%v/%s", dt, v.name), func(t *testing.T) {
+				cfg := testConfig(v.attention, v.tied)
+				cfg.ProbeGate = v.gate
+				tokens, targets := testBatch(cfg, 2, 5, 9)
+				var grads [2][][]float32
+				var losses [2]float64
+				for k := range 2 {
+					m, err := New(cpu.New(), cfg, Options{Seed: 5, DType: dt})
+					if err != nil {
+						t.Fatal(err)
+					}
+					var st LossStats
+					if k == 0 {
+						if st, err = m.Forward(tokens, targets, 2, 5); err == nil {
+							err = m.Backward(0.5)
+						}
+					} else {
+						st, err = m.ForwardBackward(tokens, targets, 2, 5, 0.5)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					losses[k] = st.Mean
+					for _, p := range m.Params() {
+						g, err := engine.Float32s(p.G)
+						if err != nil {
+							t.Fatal(err)
+						}
+						grads[k] = append(grads[k], g)
+					}
+					if k == 1 {
+						if err := m.Backward(1); err == nil {
+							t.Error("a second Backward after ForwardBackward was accepted")
+						}
+						if _, err := m.CORs(); cfg.Parallax() && err != nil {
+							t.Errorf("CORs after ForwardBackward: %v", err)
+						}
+					}
+				}
+				if losses[0] != losses[1] {
+					t.Errorf("loss %v, fused %v", losses[0], losses[1])
+				}
+				for i := range grads[0] {
+					if !slices.Equal(grads[0][i], grads[1][i]) {
+						t.Errorf("gradient %d differs between Forward+Backward and ForwardBackward", i)
+					}
+				}
+			})
+		}
+	}
+}

@@ -103,8 +103,13 @@ func (m *Model) initCompute() error {
 // MarkWeightsChanged tells the model that its master weights changed (an
 // optimizer step, a load, a direct write to some Param.W), so that the next
 // forward refreshes the compute-dtype copies first. It costs nothing with an
-// f32 compute dtype.
-func (m *Model) MarkWeightsChanged() { m.stale = true }
+// f32 compute dtype, and does nothing on an inference-only model, whose
+// copies are the only weights left (there is nothing to refresh them from).
+func (m *Model) MarkWeightsChanged() {
+	if !m.dropped {
+		m.stale = true
+	}
+}
 
 // refreshCompute rounds every master weight into its compute copy, if any
 // changed since the last refresh: one cast per weight (a row gather for the

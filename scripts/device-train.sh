@@ -80,10 +80,12 @@ if [[ $steps == *profile* ]]; then
 	for bin in ${PROFILE_BINS:-parallax parallax-base}; do
 		[[ -x bin/$bin ]] || continue
 		for att in ${PROFILE_ATTS:-softmax parallax}; do
-			timeout 150 ./bin/$bin bench train --device cuda:0 --config gpt2-124m-like --attention $att --optimizer adamw \
-				--steps 8 --warmup 3 --profile >"$OUT/profile-$bin-$att.txt" 2>>"$OUT/ours.log"
-			echo "== profile $bin $att (exit $?)"
-			head -${PROFILE_LINES:-28} "$OUT/profile-$bin-$att.txt"
+			for opt in ${PROFILE_OPTS:-adamw}; do
+				timeout 150 ./bin/$bin bench train --device cuda:0 --config gpt2-124m-like --attention $att --optimizer $opt \
+					--steps 8 --warmup 3 --profile >"$OUT/profile-$bin-$att-$opt.txt" 2>>"$OUT/ours.log"
+				echo "== profile $bin $att $opt (exit $?)"
+				head -${PROFILE_LINES:-28} "$OUT/profile-$bin-$att-$opt.txt"
+			done
 		done
 	done
 	echo "$(($(date +%s) - t0)) s so far"

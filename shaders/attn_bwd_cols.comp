@@ -151,7 +151,9 @@ void main() {
 				}
 				if (MODE == MODE_SOFTMAX) {
 					float p = exp(pc.scale * s - sLse[r]);
-					ds = p * (a - sT[r] + (sTb[r] - tt) * (a - sBv[r]));
+					// Softmax has no (tbar - t)(a - Bv) term (not 0 times
+					// it: an infinite a would make that NaN).
+					ds = HAS_R != 0u ? p * (a - sT[r] + (sTb[r] - tt) * (a - sBv[r])) : p * (a - sT[r]);
 					dt = -p * (a - sBv[r]);
 					w = p * (1.0 + sTb[r] - tt);
 				} else if (MODE == MODE_AFFINE) {
@@ -172,9 +174,14 @@ void main() {
 			if (!(k >= NE)) {
 				uint e = t + WG * k;
 				if (e < BC * D) {
-					uint j = e / D, x = e % D;
+					uint j = e / D, x = e % D, key = j0 + j;
 					float a1 = 0.0, a2 = 0.0;
 					PX_LOOP for (uint r = 0u; r < BR; r++) {
+						// Only the rows that see the key: a masked pair adds
+						// nothing, not 0 * q (NaN for a non-finite q, r or g).
+						if (key < sLo[r] || key >= sHi[r]) {
+							continue;
+						}
 						uint pe = r * BC + j;
 						if (MODE == MODE_SOFTMAX) {
 							a1 += sP[pe] * sQ[r * D + x];

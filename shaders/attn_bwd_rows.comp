@@ -148,7 +148,9 @@ void main() {
 				}
 				if (MODE == MODE_SOFTMAX) {
 					float p = exp(pc.scale * s - sLse[r]);
-					ds = p * (a - sT[r] + (sTb[r] - tt) * (a - sBv[r]));
+					// Softmax has no (tbar - t)(a - Bv) term (not 0 times
+					// it: an infinite a would make that NaN).
+					ds = HAS_R != 0u ? p * (a - sT[r] + (sTb[r] - tt) * (a - sBv[r])) : p * (a - sT[r]);
 					dt = -p * (a - sBv[r]);
 				} else if (MODE == MODE_AFFINE) {
 					dt = -sW[r] * (a - sBv[r]);
@@ -166,7 +168,10 @@ void main() {
 				if (e < BR * D) {
 					uint r = e / D, x = e % D;
 					float s1 = 0.0, s2 = 0.0;
-					PX_LOOP for (uint j = 0u; j < BC; j++) {
+					// Only the keys row r sees: a masked pair adds nothing,
+					// not 0 * k (NaN for a non-finite k).
+					uint jlo = uint(clamp(int(sLo[r]) - int(t0), 0, int(BC))), jhi = uint(clamp(int(sHi[r]) - int(t0), 0, int(BC)));
+					PX_LOOP for (uint j = jlo; j < jhi; j++) {
 						float kv = sK[j * D + x];
 						s1 += sP[r * BC + j] * kv;
 						s2 += sPT[r * BC + j] * kv;

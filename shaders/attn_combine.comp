@@ -40,18 +40,20 @@ void main() {
 	uint S = pc.splits, PS = 3u + 2u * D;
 	uint base = row * S * PS;
 
-	// M = the largest m of the splits that saw a key.
+	// M = the largest m of the splits with weight (d1 != 0: positive, or
+	// NaN from a NaN or +inf score, which must reach the output); NaN if
+	// any m is.
 	float M = PX_NEG_INF;
 	for (uint s = t; s < S; s += WG) {
-		if (part[base + s * PS + 1u] > 0.0) {
-			M = max(M, part[base + s * PS]);
+		if (part[base + s * PS + 1u] != 0.0) {
+			M = px_max(M, part[base + s * PS]);
 		}
 	}
 	sRed[t] = M;
 	barrier();
 	for (uint h = WG / 2u; h > 0u; h >>= 1u) {
 		if (t < h) {
-			sRed[t] = max(sRed[t], sRed[t + h]);
+			sRed[t] = px_max(sRed[t], sRed[t + h]);
 		}
 		barrier();
 	}
@@ -64,7 +66,7 @@ void main() {
 		for (uint s = t; s < nc; s += WG) {
 			uint ps = base + (c0 + s) * PS;
 			float ds = part[ps + 1u], w = 0.0;
-			if (ds > 0.0 && M != PX_NEG_INF) {
+			if (ds != 0.0) {
 				w = exp(part[ps] - M);
 				l1 += w * ds;
 				l2 += w * part[ps + 2u];
@@ -108,13 +110,12 @@ void main() {
 		}
 		barrier();
 	}
+	// A valid sequence's rows see at least one key: d1 = 0 means every
+	// score was -inf, and 0/0 = NaN is the answer, as exp(-inf - -inf) is.
 	float d1 = sRed[0], d2 = sRed2[0];
 	for (uint x = t; x < D; x += WG) {
-		float o = 0.0;
-		if (d1 > 0.0) {
-			float vb = sAcc[x] / d1;
-			o = HAS_R != 0u ? vb * (1.0 + d2 / d1) - sAcc[D + x] / d1 : vb;
-		}
+		float vb = sAcc[x] / d1;
+		float o = HAS_R != 0u ? vb * (1.0 + d2 / d1) - sAcc[D + x] / d1 : vb;
 		O_st(row * D + x, o);
 	}
 }

@@ -312,16 +312,19 @@ void main() {
 					tB = vec4(sT[j * RP + 4u], sT[j * RP + 5u], sT[j * RP + 6u], sT[j * RP + 7u]);
 				}
 			}
+			// P2 = P1 t of a masked pair is 0, not 0 * t (NaN for an
+			// infinite probe score of a key the row does not see).
+			vec4 ptA = mix(vec4(0.0), pA * tA, okA), ptB = mix(vec4(0.0), pB * tB, okB);
 			sP[j * NV / 4u] = pA;
-			sP[j * NV / 4u + RP / 4u] = pA * tA;
+			sP[j * NV / 4u + RP / 4u] = ptA;
 			if (RP > 4u) {
 				sP[j * NV / 4u + 1u] = pB;
-				sP[j * NV / 4u + RP / 4u + 1u] = pB * tB;
+				sP[j * NV / 4u + RP / 4u + 1u] = ptB;
 			}
 			d1A = d1A * alA + pA;
 			d1B = d1B * alB + pB;
-			d2A = d2A * alA + pA * tA;
-			d2B = d2B * alB + pB * tB;
+			d2A = d2A * alA + ptA;
+			d2B = d2B * alB + ptB;
 		}
 		barrier();
 		// P V for this invocation's columns over its key group.
@@ -340,14 +343,19 @@ void main() {
 				p1B = sP[jj * NV / 4u + 1u];
 				p2B = sP[jj * NV / 4u + RP / 4u + 1u];
 			}
+			// The rows that see key jj (all of them with Lq = 1): a
+			// masked pair adds nothing, not 0 * v (NaN for a non-finite v).
+			uint vkey = t0 + jj;
+			bvec4 seeA = bvec4(uvec4(greaterThanEqual(uvec4(vkey), rloA)) * uvec4(lessThan(uvec4(vkey), rhiA)));
+			bvec4 seeB = bvec4(uvec4(greaterThanEqual(uvec4(vkey), rloB)) * uvec4(lessThan(uvec4(vkey), rhiB)));
 			uint c = wc;
 			if (c < NW) {
 				float v0 = kf(sV[jj * NW + c], 0u);
-				o1a0 += p1A * v0;
-				o2a0 += p2A * v0;
+				o1a0 += mix(vec4(0.0), p1A * v0, seeA);
+				o2a0 += mix(vec4(0.0), p2A * v0, seeA);
 				if (RP > 4u) {
-					o1b0 += p1B * v0;
-					o2b0 += p2B * v0;
+					o1b0 += mix(vec4(0.0), p1B * v0, seeB);
+					o2b0 += mix(vec4(0.0), p2B * v0, seeB);
 				}
 				// Second column: the word's high half (16-bit), or the
 				// next word group (f32 with D = 2 WG).
@@ -358,11 +366,11 @@ void main() {
 					v1 = kf(sV[jj * NW + c + WG], 0u);
 				}
 				if (NA == 2u) {
-					o1a1 += p1A * v1;
-					o2a1 += p2A * v1;
+					o1a1 += mix(vec4(0.0), p1A * v1, seeA);
+					o2a1 += mix(vec4(0.0), p2A * v1, seeA);
 					if (RP > 4u) {
-						o1b1 += p1B * v1;
-						o2b1 += p2B * v1;
+						o1b1 += mix(vec4(0.0), p1B * v1, seeB);
+						o2b1 += mix(vec4(0.0), p2B * v1, seeB);
 					}
 				}
 			}
@@ -464,11 +472,10 @@ void main() {
 							part[base + 2u] = d2;
 						}
 					} else {
-						float o = 0.0;
-						if (d1 > 0.0) {
-							float vb = a1 / d1;
-							o = HAS_R != 0u ? vb * (1.0 + d2 / d1) - a2 / d1 : vb;
-						}
+						// Every row sees a key: d1 NaN (a NaN or +inf
+						// score) or 0 (every score -inf) make o NaN.
+						float vb = a1 / d1;
+						float o = HAS_R != 0u ? vb * (1.0 + d2 / d1) - a2 / d1 : vb;
 						O_st(row * D + x, o);
 					}
 				}

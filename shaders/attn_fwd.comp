@@ -163,15 +163,21 @@ void main() {
 		}
 		barrier();
 		if (t < BR) {
-			float m = sM[t], mx = m;
-			PX_LOOP for (uint j = 0u; j < BC; j++) {
-				mx = max(mx, sP[t * BC + j]);
-			}
+			// Row t's visible keys of the tile are [jlo, jhi): whether the
+			// tile holds any is decided by the mask, never by the scores
+			// (a NaN or -inf score is a score). A score of -inf weighs 0;
+			// if every score of the row is -inf, d1 stays 0 and the row
+			// comes out NaN, as exp(-inf - -inf) makes it.
+			uint jlo = uint(clamp(int(sLo[t]) - int(t0), 0, int(BC))), jhi = uint(clamp(int(sHi[t]) - int(t0), 0, int(BC)));
 			float alpha = 1.0;
-			if (mx != PX_NEG_INF) {
+			if (jlo < jhi) {
+				float m = sM[t], mx = m;
+				PX_LOOP for (uint j = jlo; j < jhi; j++) {
+					mx = px_max(mx, sP[t * BC + j]);
+				}
 				alpha = m == PX_NEG_INF ? 0.0 : exp(m - mx);
 				float d1 = sD1[t] * alpha, d2 = sD2[t] * alpha;
-				PX_LOOP for (uint j = 0u; j < BC; j++) {
+				PX_LOOP for (uint j = jlo; j < jhi; j++) {
 					uint e = t * BC + j;
 					float s = sP[e];
 					float p = s == PX_NEG_INF ? 0.0 : exp(s - mx);
@@ -184,11 +190,6 @@ void main() {
 				sD1[t] = d1;
 				sD2[t] = d2;
 				sM[t] = mx;
-			} else {
-				PX_LOOP for (uint j = 0u; j < BC; j++) {
-					sP[t * BC + j] = 0.0;
-					sPT[t * BC + j] = 0.0;
-				}
 			}
 			sAlpha[t] = alpha;
 		}
@@ -199,7 +200,10 @@ void main() {
 				if (e < BR * D) {
 					uint r = e / D, x = e % D;
 					float s1 = 0.0, s2 = 0.0;
-					PX_LOOP for (uint j = 0u; j < BC; j++) {
+					// Only the keys row r sees: a masked key adds nothing,
+					// not 0 * v (NaN for a non-finite v).
+					uint jlo = uint(clamp(int(sLo[r]) - int(t0), 0, int(BC))), jhi = uint(clamp(int(sHi[r]) - int(t0), 0, int(BC)));
+					PX_LOOP for (uint j = jlo; j < jhi; j++) {
 						float v = sV[j * D + x];
 						s1 += sP[r * BC + j] * v;
 						s2 += sPT[r * BC + j] * v;
@@ -237,10 +241,12 @@ void main() {
 		if (!(k >= NE)) {
 			uint e = t + WG * k, r = e / D, rr = qb * BR + r;
 			if (!(e >= BR * D || rr >= rows)) {
+				// A row that sees keys divides by d1 whatever it is: NaN
+				// (a NaN or +inf score) and 0 (every score -inf) give NaN.
 				float d1 = sD1[r], o = 0.0, vb = 0.0;
 				if (MODE == MODE_PLAIN) {
 					o = o2[k];
-				} else if (d1 > 0.0) {
+				} else if (sHi[r] > sLo[r]) {
 					vb = o1[k] / d1;
 					o = vb;
 					if (HAS_R != 0u) {
@@ -258,11 +264,12 @@ void main() {
 	if (t < BR && qb * BR + t < rows) {
 		uint row = qrow(b, hk, qb * BR + t);
 		float d1 = sD1[t];
+		bool keys = sHi[t] > sLo[t];
 		if ((pc.flags & 1u) != 0u) {
-			LSE[row] = d1 > 0.0 ? sM[t] + log(d1) : PX_NEG_INF;
+			LSE[row] = !keys ? PX_NEG_INF : d1 == 0.0 ? PX_NAN : sM[t] + log(d1);
 		}
 		if ((pc.flags & 4u) != 0u) {
-			TB[row] = d1 > 0.0 ? sD2[t] / d1 : 0.0;
+			TB[row] = keys ? sD2[t] / d1 : 0.0;
 		}
 	}
 }

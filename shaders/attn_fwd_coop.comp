@@ -127,7 +127,7 @@ shared uint sLo[BR], sHi[BR];
 			uint r = e / 16u, rr = row0 + r;                          \
 			if (rr < rows) {                                          \
 				float d1 = sD1[sg * 16u + r], a1 = sS[sbase + e], o = 0.0, vb = 0.0; \
-				if (d1 > 0.0) {                                       \
+				if (sHi[sg * 16u + r] > sLo[sg * 16u + r]) {          \
 					vb = a1 / d1;                                     \
 					o = vb;                                           \
 					if (HAS_R != 0u) {                                \
@@ -278,11 +278,14 @@ void main() {
 		uint rr = row0 + r;
 		if (rr < rows) {
 			uint row = qrow(b, hk, rr);
+			// A row that sees keys: d1 NaN, or 0 (every score -inf), is
+			// NaN (and its o, reported below), never an empty row's -inf.
+			bool keys = rhi > rlo;
 			if ((pc.flags & 1u) != 0u) {
-				LSE[row] = d1 > 0.0 ? m + log(d1) : PX_NEG_INF;
+				LSE[row] = !keys ? PX_NEG_INF : d1 == 0.0 ? PX_NAN : m + log(d1);
 			}
 			if ((pc.flags & 4u) != 0u) {
-				TB[row] = d1 > 0.0 ? d2 / d1 : 0.0;
+				TB[row] = keys ? d2 / d1 : 0.0;
 			}
 		}
 	}

@@ -48,6 +48,12 @@ layout(constant_id = 9) const uint WG = 64;
 #define DT_I32 4u
 
 #define PX_NEG_INF uintBitsToFloat(0xff800000u)
+#define PX_NAN uintBitsToFloat(0x7fc00000u)
+
+// px_max is max(a, b) with a NaN operand giving NaN: GLSL's max leaves that
+// undefined (implementations return either operand), and a running maximum
+// that drops a NaN score lets a NaN row pass for an empty one.
+float px_max(float a, float b) { return (a > b || isnan(a)) ? a : b; }
 
 // ---- Conversions ----
 

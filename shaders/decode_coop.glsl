@@ -173,11 +173,10 @@ bool decodeOut(uint ri, uint x, float a1, float a2, float m, float d1, float d2)
 		}
 		return isinf(a1) || isnan(a1) || isinf(a2) || isnan(a2) || isinf(d1) || isnan(d1) || isinf(d2) || isnan(d2);
 	}
-	float o = 0.0;
-	if (d1 > 0.0) {
-		float vb = a1 / d1;
-		o = HAS_R != 0u ? vb * (1.0 + d2 / d1) - a2 / d1 : vb;
-	}
+	// Every row of a valid sequence sees a key: a d1 that is NaN or 0
+	// (every score -inf) makes o NaN, which is reported, never zeroed.
+	float vb = a1 / d1;
+	float o = HAS_R != 0u ? vb * (1.0 + d2 / d1) - a2 / d1 : vb;
 	O_st(row * D + x, o);
 	return isinf(o) || isnan(o);
 }

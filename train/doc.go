@@ -11,8 +11,10 @@
 //
 // A run's output directory holds the model checkpoint (config.json,
 // model.safetensors), the training state (optimizer.safetensors: optimizer
-// tensors, step, data position, the run's settings), tokenizer.json, the
-// tokenized data (data/), metrics.jsonl and curves.png.
+// tensors, step, data position, the run's settings), the manifest that
+// makes a save one atomic step (checkpoint.json: every checkpoint file's
+// size and checksum), tokenizer.json, the tokenized data (data/),
+// metrics.jsonl and curves.png.
 //
 // Subpackages: data (token shards and the resumable sampler) and plot (PNG
 // line charts).

@@ -12,13 +12,11 @@ import (
 // accumulates every gradient's sum of squares into one F32 scalar on the
 // device, then a single host read. acc is a F32 [1] scratch tensor.
 func GradNorm(dev engine.Device, params []*model.Param, acc *engine.Tensor) (float64, error) {
-	for i, p := range params {
-		if err := dev.SumSquares(acc, p.G, i > 0); err != nil {
-			return 0, fmt.Errorf("grad norm %s: %w", p.Name, err)
-		}
-	}
 	if len(params) == 0 {
 		return 0, nil
+	}
+	if err := engine.SumSquaresAll(dev, acc, grads(params), false); err != nil {
+		return 0, fmt.Errorf("grad norm: %w", err)
 	}
 	v, err := engine.Float32s(acc)
 	if err != nil {
@@ -32,12 +30,19 @@ func ScaleGrads(dev engine.Device, params []*model.Param, s float64) error {
 	if s == 1 {
 		return nil
 	}
-	for _, p := range params {
-		if err := dev.AddScaled(p.G, p.G, p.G, float32(s), 0); err != nil {
-			return fmt.Errorf("scale grad %s: %w", p.Name, err)
-		}
+	if err := engine.ScaleAll(dev, grads(params), float32(s)); err != nil {
+		return fmt.Errorf("scale grads: %w", err)
 	}
 	return nil
+}
+
+// grads lists the parameters' gradients.
+func grads(params []*model.Param) []*engine.Tensor {
+	gs := make([]*engine.Tensor, len(params))
+	for i, p := range params {
+		gs[i] = p.G
+	}
+	return gs
 }
 
 // ClipFactor returns the multiplier that makes gradients of global norm
@@ -52,10 +57,8 @@ func ClipFactor(norm, maxNorm float64) float64 {
 
 // ZeroGrads sets every gradient to zero (the backward pass accumulates).
 func ZeroGrads(dev engine.Device, params []*model.Param) error {
-	for _, p := range params {
-		if err := dev.Fill(p.G, 0); err != nil {
-			return fmt.Errorf("zero grad %s: %w", p.Name, err)
-		}
+	if err := engine.FillAll(dev, grads(params), 0); err != nil {
+		return fmt.Errorf("zero grads: %w", err)
 	}
 	return nil
 }

@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
+
+	"github.com/parallax-engine/parallax/internal/atomicfile"
 )
 
 // Record is one line of metrics.jsonl. Training steps fill the first group;
@@ -51,14 +54,20 @@ type MetricsLog struct {
 
 // OpenMetrics opens path for appending (creating it). With truncateAfter >=
 // 0, records of steps after truncateAfter are dropped first, so a resumed
-// run does not leave lines of steps it repeats.
+// run does not leave lines of steps it repeats, and a fresh run (0) starts
+// its own file. A symbolic link at path is written through; a path that is
+// not a regular file (a directory, pipe or device) is refused.
 func OpenMetrics(path string, truncateAfter int) (*MetricsLog, error) {
+	target, err := atomicfile.Target(path)
+	if err != nil {
+		return nil, fmt.Errorf("metrics %s: %w", path, err)
+	}
 	if truncateAfter >= 0 {
-		if err := truncateMetrics(path, truncateAfter); err != nil {
+		if err := truncateMetrics(target, truncateAfter); err != nil {
 			return nil, err
 		}
 	}
-	fh, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	fh, err := os.OpenFile(target, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
@@ -71,7 +80,7 @@ func truncateMetrics(path string, after int) error {
 		return nil
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("metrics: %w", err)
 	}
 	var keep []Record
 	for _, r := range recs {
@@ -82,23 +91,20 @@ func truncateMetrics(path string, after int) error {
 	if len(keep) == len(recs) {
 		return nil
 	}
-	fh, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	w := bufio.NewWriter(fh)
-	enc := json.NewEncoder(w)
-	for _, r := range keep {
-		if err := enc.Encode(r); err != nil {
-			fh.Close()
-			return fmt.Errorf("metrics: %w", err)
+	// Replaced whole, so a crash here leaves the old lines, not half of them.
+	err = atomicfile.Write(path, func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		for _, r := range keep {
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("metrics %s: %w", path, err)
 	}
-	if err := w.Flush(); err != nil {
-		fh.Close()
-		return fmt.Errorf("metrics: %w", err)
-	}
-	return fh.Close()
+	return nil
 }
 
 // Write appends one record and flushes it.

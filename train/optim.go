@@ -331,16 +331,31 @@ func (o *Optimizer) Step(lrFactor float64) error {
 	}
 	o.step++
 	a := o.cfg.AdamW
+	// One multi-tensor update per weight decay (decayed matrices, undecayed
+	// gains), in the order the tensors were first seen.
+	type adamGroup struct{ p, g, m, v []*engine.Tensor }
+	var wds []float64
+	groups := map[float64]*adamGroup{}
 	for _, s := range o.adam {
 		if s.m == nil {
 			continue // another rank's
 		}
-		err := o.dev.AdamW(s.p.W, s.p.G, s.m, s.v, engine.AdamWOpts{
+		g := groups[s.wd]
+		if g == nil {
+			g = &adamGroup{}
+			groups[s.wd] = g
+			wds = append(wds, s.wd)
+		}
+		g.p, g.g, g.m, g.v = append(g.p, s.p.W), append(g.g, s.p.G), append(g.m, s.m), append(g.v, s.v)
+	}
+	for _, wd := range wds {
+		g := groups[wd]
+		err := engine.AdamWAll(o.dev, g.p, g.g, g.m, g.v, engine.AdamWOpts{
 			LR: float32(a.LR * lrFactor), Beta1: float32(a.Beta1), Beta2: float32(a.Beta2),
-			Eps: float32(a.Eps), WeightDecay: float32(s.wd), Step: o.step,
+			Eps: float32(a.Eps), WeightDecay: float32(wd), Step: o.step,
 		})
 		if err != nil {
-			return fmt.Errorf("adamw %s: %w", s.p.Name, err)
+			return fmt.Errorf("adamw (%d tensors, weight decay %g): %w", len(g.p), wd, err)
 		}
 	}
 	lr := float32(o.cfg.Muon.LR * lrFactor)

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"golang.org/x/term"
 )
 
 // Progress reports training progress on a writer: on a terminal one line
@@ -36,14 +38,11 @@ func NewProgress(w io.Writer, startAt, total, every int) *Progress {
 	return p
 }
 
-// IsTerminal reports whether w is a character device (a terminal).
+// IsTerminal reports whether w is a terminal. Being a character device is
+// not enough: /dev/null is one too, and a redrawn bar would fill a log.
 func IsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // Update reports that step (1-based) finished with the given loss and rate.

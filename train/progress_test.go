@@ -2,6 +2,9 @@ package train
 
 import (
 	"bytes"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -63,5 +66,40 @@ func TestProgressTerminalBar(t *testing.T) {
 	}
 	if !strings.Contains(out, "[========================] 100%") || !strings.HasSuffix(out, "\n") {
 		t.Errorf("final bar missing or not ended by a newline: %q", out)
+	}
+}
+
+// TestIsTerminal: only a terminal gets the redrawn bar; /dev/null is a
+// character device but not a terminal, and neither is a file, a pipe or a
+// buffer.
+func TestIsTerminal(t *testing.T) {
+	devNull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	file, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	defer pw.Close()
+	for _, tc := range []struct {
+		name string
+		w    io.Writer
+	}{
+		{"/dev/null", devNull},
+		{"regular file", file},
+		{"pipe", pw},
+		{"buffer", &bytes.Buffer{}},
+	} {
+		if IsTerminal(tc.w) {
+			t.Errorf("%s is taken for a terminal", tc.name)
+		}
 	}
 }

@@ -65,12 +65,18 @@ type Config struct {
 	ClipNorm float64     `json:"clip_norm"`
 	Seed     uint64      `json:"seed"`
 
-	EvalEvery   int `json:"-"` // evaluate every N steps (and at the end); < 0 never
-	EvalBatches int `json:"-"` // validation batches per evaluation; 0 = all held-out windows
-	SaveEvery   int `json:"-"` // checkpoint every N steps (and at the end); < 0 only at the end
-	LogEvery    int `json:"-"` // metrics line every N steps
+	// The intervals are stored in the checkpoint: a resumed run keeps them
+	// unless it is given others (0 keeps them).
+	EvalEvery   int `json:"eval_every,omitempty"` // evaluate every N steps (and at the end); < 0 never
+	EvalBatches int `json:"-"`                    // validation batches per evaluation; 0 = all held-out windows
+	SaveEvery   int `json:"save_every,omitempty"` // checkpoint every N steps (and at the end); < 0 only at the end
+	LogEvery    int `json:"log_every,omitempty"`  // metrics line every N steps
 
-	Resume        bool    `json:"-"` // continue the checkpoint in Out
+	Resume bool `json:"-"` // continue the checkpoint in Out
+	// Force lets a fresh run use an Out that holds another run's files (a
+	// checkpoint, metrics, tokenizer, tokenized data), removing them first;
+	// without it such an Out is refused.
+	Force         bool    `json:"-"`
 	SkipNonFinite bool    `json:"-"` // skip a step with a NaN/Inf loss or gradient instead of stopping
 	PeakFLOPS     float64 `json:"-"` // device peak FLOP/s for MFU; 0: the device's own figure, if any
 	// NoSave writes no checkpoint, not even at the end or when interrupted,
@@ -117,6 +123,7 @@ type Result struct {
 	ValLoss     float64 // last validation loss (NaN if none)
 	TokensPerS  float64 // mean training throughput of this invocation
 	Interrupted bool    // stopped early by the context; the checkpoint is saved
+	AlreadyDone bool    // a resumed checkpoint had reached Steps already: nothing was trained
 	Params      int64
 	Profile     engine.Profile // per-op device times of Config.ProfileStep (nil without)
 }
@@ -139,6 +146,7 @@ type runner struct {
 	flops   float64   // per token
 	peak    float64
 	runJSON json.RawMessage
+	out     *outputs // what the run created in Out (rank 0)
 }
 
 // Run trains a model as cfg describes, writing the checkpoint, metrics and
@@ -146,6 +154,11 @@ type runner struct {
 // saves a checkpoint and returns with Result.Interrupted set.
 func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	r := &runner{}
+	defer func() {
+		if err != nil && !errors.Is(err, errKilled) { // a kill would leave the files
+			r.out.discard()
+		}
+	}()
 	defer r.close()
 	if err := r.setup(cfg); err != nil {
 		return Result{}, err
@@ -252,20 +265,30 @@ func (c Config) Validate() error {
 	if err := c.Schedule.Validate(); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
+	if c.Force && c.Resume {
+		return errors.New("train: force starts a fresh run; it cannot be combined with resume")
+	}
 	return nil
 }
 
 func (r *runner) setup(cfg Config) error {
 	askedSteps := cfg.Steps
+	asked := cfg // before the defaults: 0 intervals keep a resumed checkpoint's
 	cfg.fill()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return fmt.Errorf("train: %w", err)
+	out, err := prepareOut(cfg)
+	if err != nil {
+		return err
 	}
+	r.out = out
 	statePath := filepath.Join(cfg.Out, OptimizerFile)
+	var recovered string
 	if cfg.Resume {
+		if recovered, err = recoverCheckpoint(cfg.Out); err != nil {
+			return fmt.Errorf("train: --resume: %w", err)
+		}
 		st, _, err := ReadState(statePath)
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
@@ -273,15 +296,22 @@ func (r *runner) setup(cfg Config) error {
 			}
 			return fmt.Errorf("train: --resume: %w", err)
 		}
+		if err := verifyCheckpoint(cfg.Out, st.Step); err != nil {
+			return fmt.Errorf("train: --resume: %w", err)
+		}
 		var saved Config
 		if err := json.Unmarshal(st.Run, &saved); err != nil {
 			return fmt.Errorf("train: --resume: the checkpoint's run settings are unreadable: %v: %w", err, ErrCorrupt)
 		}
 		// The run's definition comes from the checkpoint; how it is
-		// operated (device, logging, evaluation, saving) from cfg. More
+		// operated (device, logging, evaluation, saving) from cfg, the
+		// intervals staying the checkpoint's where cfg leaves them 0. More
 		// steps may be asked for, which stretches the schedule.
 		saved.Out, saved.Device, saved.Resume = cfg.Out, cfg.Device, true
-		saved.EvalEvery, saved.EvalBatches, saved.SaveEvery, saved.LogEvery = cfg.EvalEvery, cfg.EvalBatches, cfg.SaveEvery, cfg.LogEvery
+		saved.EvalEvery = keepOr(asked.EvalEvery, saved.EvalEvery)
+		saved.SaveEvery = keepOr(asked.SaveEvery, saved.SaveEvery)
+		saved.LogEvery = keepOr(asked.LogEvery, saved.LogEvery)
+		saved.EvalBatches = cfg.EvalBatches
 		saved.SkipNonFinite, saved.PeakFLOPS = cfg.SkipNonFinite, cfg.PeakFLOPS
 		saved.ProfileStep = cfg.ProfileStep
 		saved.Stdout, saved.OnStep, saved.Logf = cfg.Stdout, cfg.OnStep, cfg.Logf
@@ -292,13 +322,15 @@ func (r *runner) setup(cfg Config) error {
 			}
 			saved.Steps = askedSteps
 		}
+		saved.fill() // intervals a checkpoint of an earlier version did not store
 		saved.Schedule.Total = saved.Steps
 		cfg = saved
 		r.st = st
-	} else if _, err := os.Stat(statePath); err == nil {
-		return fmt.Errorf("train: %s already holds a checkpoint; continue it with --resume or choose another --out", cfg.Out)
 	}
 	r.cfg = cfg
+	if recovered != "" {
+		r.logf("%s", recovered)
+	}
 	rj, err := json.Marshal(cfg)
 	if err != nil {
 		return fmt.Errorf("train: %w", err)
@@ -311,6 +343,9 @@ func (r *runner) setup(cfg Config) error {
 	}
 	r.dev = dev
 	if err := r.setupComm(); err != nil {
+		return err
+	}
+	if err := r.precheckMemory(); err != nil {
 		return err
 	}
 	if err := r.setupInputs(); err != nil {
@@ -328,7 +363,7 @@ func (r *runner) setup(cfg Config) error {
 	if r.peak == 0 {
 		r.peak = DevicePeak(dev.Info())
 	}
-	truncate := -1
+	truncate := 0 // a fresh run starts its own metrics
 	if cfg.Resume {
 		truncate = r.st.Step
 	}
@@ -561,18 +596,7 @@ func (r *runner) computeDType() (engine.DType, error) {
 	if r.cfg.DType != "auto" {
 		return engine.ParseDType(r.cfg.DType)
 	}
-	info := r.dev.Info()
-	if info.Kind == engine.KindCPU || info.Kind == engine.KindSoftware {
-		return engine.F32, nil
-	}
-	for _, want := range []engine.DType{engine.BF16, engine.F16} {
-		for _, have := range info.DTypes {
-			if have == want {
-				return want, nil
-			}
-		}
-	}
-	return engine.F32, nil
+	return model.AutoDType(r.dev.Info()), nil
 }
 
 func (r *runner) setupModel() error {
@@ -597,6 +621,9 @@ func (r *runner) setupModel() error {
 		mc.MaxSeq = max(mc.MaxSeq, r.cfg.Seq)
 		if eot, ok := r.tok.SpecialID(EOTToken); ok {
 			mc.EOS = []int{eot}
+		}
+		if err := r.checkMemory(mc, dt); err != nil {
+			return err
 		}
 		m, err = model.New(r.dev, mc, model.Options{Seed: r.cfg.Seed, DType: dt})
 		if err != nil {
@@ -647,19 +674,33 @@ func (r *runner) setupModel() error {
 	return nil
 }
 
-// save writes a checkpoint: the model, then the training state (carrying
-// the model file's checksum) into a staging directory, then renames each
-// file into place, the state last.
-func (r *runner) save() error {
+// save writes a checkpoint in one atomic step: the model, then the
+// training state (carrying the model file's checksum) into a staging
+// directory, then the manifest of every file's checksum (the commit
+// point), then each file is moved into place, the manifest last. A save
+// stopped before the commit point leaves the previous checkpoint whole; one
+// stopped after it is finished by --resume (recoverCheckpoint).
+func (r *runner) save() (err error) {
 	gathered, follower, err := r.gatherCheckpoint()
 	if err != nil || follower {
 		return err
 	}
-	stage := filepath.Join(r.cfg.Out, ".checkpoint.tmp")
-	os.RemoveAll(stage)
-	defer os.RemoveAll(stage)
+	stage := filepath.Join(r.cfg.Out, stageDir)
+	if err := os.RemoveAll(stage); err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	committed := false
+	defer func() {
+		// Once committed, the stage is the checkpoint until it is in place.
+		if err != nil && !committed && !errors.Is(err, errKilled) {
+			os.RemoveAll(stage)
+		}
+	}()
 	if err := r.m.Save(stage); err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	if killedAt(1) {
+		return errKilled
 	}
 	crc, err := FileCRC(filepath.Join(stage, model.WeightsFile))
 	if err != nil {
@@ -669,10 +710,22 @@ func (r *runner) save() error {
 	if err := r.writeOptimizerState(filepath.Join(stage, OptimizerFile), gathered, crc); err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
-	for _, name := range []string{model.WeightsFile, model.ConfigFile, OptimizerFile} {
-		if err := os.Rename(filepath.Join(stage, name), filepath.Join(r.cfg.Out, name)); err != nil {
-			return fmt.Errorf("save checkpoint: %w", err)
+	if killedAt(2) {
+		return errKilled
+	}
+	if err := stageManifest(r.cfg.Out, r.st.Step); err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	committed = true
+	r.out.markSaved()
+	if killedAt(3) {
+		return errKilled
+	}
+	if err := commitCheckpoint(r.cfg.Out); err != nil {
+		if errors.Is(err, errKilled) {
+			return err
 		}
+		return fmt.Errorf("save checkpoint: %w (the complete checkpoint of step %d is in %s; --resume moves it into place)", err, r.st.Step, stage)
 	}
 	return nil
 }
@@ -767,7 +820,7 @@ func (r *runner) step(buf, in, tgt []int32, wantCOR bool) (stepOut, error) {
 			copy(in[b*T:(b+1)*T], row[:T])
 			copy(tgt[b*T:(b+1)*T], row[1:])
 		}
-		st, err := r.m.Forward(in, tgt, c.Batch, T)
+		st, err := r.m.ForwardBackward(in, tgt, c.Batch, T, float32(1/float64(c.Accum)))
 		if !finite(st.Sum) {
 			e := &NonFiniteError{Step: stepNo, What: "loss", Value: st.Sum, Where: r.locate(false)}
 			if c.SkipNonFinite && e.Where == "" {
@@ -796,9 +849,6 @@ func (r *runner) step(buf, in, tgt []int32, wantCOR bool) (stepOut, error) {
 					return out, fmt.Errorf("step %d: %w", stepNo, err)
 				}
 			}
-		}
-		if err := r.m.Backward(float32(1 / float64(c.Accum))); err != nil {
-			return out, fmt.Errorf("step %d: %w", stepNo, err)
 		}
 	}
 	out.loss = lossSum / float64(max(count, 1))
@@ -876,7 +926,8 @@ func (r *runner) loop(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	if r.st.Step >= c.Steps {
-		r.logf("the run in %s is complete (step %d of %d); ask for more --steps to continue it", c.Out, r.st.Step, c.Steps)
+		res.AlreadyDone = true
+		r.logf("the run in %s is already finished (step %d of %d); ask for more --steps to continue it", c.Out, r.st.Step, c.Steps)
 		return res, nil
 	}
 	if c.Stdout != nil {

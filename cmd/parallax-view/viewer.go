@@ -48,6 +48,7 @@ import (
 
 	"github.com/parallax-engine/parallax/engine"
 	"github.com/parallax-engine/parallax/engine/vulkan"
+	"github.com/parallax-engine/parallax/internal/atomicfile"
 	"github.com/parallax-engine/parallax/model"
 	"github.com/parallax-engine/parallax/model/tokenizer"
 )
@@ -568,18 +569,14 @@ func (v *viewer) close() {
 	}
 }
 
-// writePNG saves img to path.
+// writePNG saves img to path atomically, as every other output is written
+// (through a symbolic link; a directory, pipe or device is refused).
 func writePNG(path string, img image.Image) error {
 	if img == nil {
 		return errors.New("no frame was read back")
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
+	if err := atomicfile.Write(path, func(w io.Writer) error { return png.Encode(w, img) }); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := png.Encode(f, img); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return f.Close()
+	return nil
 }

@@ -17,6 +17,8 @@ Usage:
   parallax bench attention|decode|matmul [--device ID] [--dtype DT] [--shape LIST] [flags]
   parallax bench train [--device ID] [--config NAME] [--attention A] [--steps N]
                        [--warmup W] [--batch B] [--seq L] [flags]
+  parallax bench generate --model DIR [--batch B] [--prompt-len P] [--new N]
+                          [--device ID] [--dtype DT] [flags]
 
 Times one op on a device and prints the time, the achieved TFLOP/s and GB/s
 and, where the device's ceilings are known (or given with --peak-tflops and
@@ -43,6 +45,16 @@ utilisation MFU = 6 N tokens/s / peak.
                                        by the causal mask)
   decode     --shape B,Hq,Hkv,L,D      one query per head over a KV cache of
                                        L entries; bytes of K and V read
+  generate   --model DIR               KV-cache generation from a model
+             --batch B                 directory: random prompts of P tokens
+             --prompt-len P --new N    (default 128) for B sequences (default
+             --dtype DT                1), then N decode steps (default 128),
+                                       in DT (auto: bf16 on GPUs). Reports the
+                                       prefill's tokens/s, the median decode
+                                       step (ms, tokens/s; the logits read
+                                       back each step) and the bytes a step
+                                       reads (weights in DT, KV cache at the
+                                       mean length) against the memory ceiling
   train      --config NAME             model preset (default small)
              --attention A             parallax (default) or softmax
              --optimizer O             muon (default, Muon + AdamW) or adamw
@@ -63,6 +75,7 @@ const benchExamples = `
   parallax bench matmul --device vulkan:0 --shape 4096,4096,4096 --dtype f16
   parallax bench attention --device vulkan:0 --shape 8,16,4096,128 --dtype bf16 --backward
   parallax bench decode --device vulkan:0 --shape 32,32,8,16384,128 --dtype bf16
+  parallax bench generate --device cuda:0 --model Qwen3-0.6B --batch 8 --prompt-len 512 --new 128
   parallax bench train --device cuda:0 --config small --batch 16 --seq 512 --json
   parallax bench train --device cpu --config tiny --batch 2 --seq 32 --steps 6 --warmup 2
   parallax bench train --device cuda:0 --config small --steps 8 --warmup 3 --profile
@@ -93,14 +106,17 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "\nExamples:\n%s", strings.TrimLeft(benchExamples, "\n"))
 			return errHelp
 		}
-		return usagef("missing what to bench: attention, decode, matmul or train")
+		return usagef("missing what to bench: attention, decode, matmul or train, or generate")
 	}
 	what := args[0]
 	if what == "train" {
 		return runBenchTrain(args[1:], stdout, stderr)
 	}
+	if what == "generate" {
+		return runBenchGenerate(args[1:], stdout, stderr)
+	}
 	if what != "attention" && what != "decode" && what != "matmul" {
-		return usagef("unknown benchmark %q: attention, decode, matmul or train", what)
+		return usagef("unknown benchmark %q: attention, decode, matmul or train, or generate", what)
 	}
 	fs := newFlagSet("bench "+what, benchUsage, benchExamples, stdout)
 	device := fs.String("device", "auto", "device ID")

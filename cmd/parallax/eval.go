@@ -26,7 +26,12 @@ of --seq tokens (each token predicted from the preceding ones in its window).
 
 With --tokens, it runs one sequence of token ids instead and prints the loss
 of predicting each next id; --dump-logits writes its float32 logits [T, V]
-(the tensor "logits") to a safetensors file.
+(the tensor "logits") to a safetensors file. One id has no next id to
+score: it needs --dump-logits (then --json reports "mean_loss": null and no
+losses); without it, it is refused with status 2.
+
+The model runs in --dtype (auto: bf16 on GPUs, f32 on the CPU); a bf16 or
+f16 model keeps only its compute copies of the weights.
 `
 
 const evalExamples = `
@@ -45,6 +50,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	tokens := fs.String("tokens", "", "comma-separated token ids of one sequence")
 	dump := fs.String("dump-logits", "", "with --tokens: write the logits [T, V] to this safetensors file")
 	device := fs.String("device", "auto", "device: auto, cpu, vulkan:N, cuda:N")
+	dtypeName := fs.String("dtype", "auto", dtypeUsage)
 	convert := fs.Bool("convert-parallax", false, "load a softmax (e.g. Hugging Face Qwen3) checkpoint as Parallax with W_R = 0: the outputs are unchanged")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	if err := parseFlags(fs, args); err != nil {
@@ -59,17 +65,39 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if *batch < 1 || *seq < 0 || *maxWin < 0 {
 		return usagef("--batch must be >= 1, --seq and --max-windows >= 0")
 	}
+	dt, err := parseDTypeFlag(*dtypeName)
+	if err != nil {
+		return err
+	}
 	var ids []int
 	if *tokens != "" {
-		for _, f := range strings.Split(*tokens, ",") {
+		for i, f := range strings.Split(*tokens, ",") {
 			v, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil {
 				return usagef("--tokens: %q is not an integer token id", f)
 			}
+			if v < 0 {
+				return usagef("--tokens: id %d at position %d is negative", v, i)
+			}
 			ids = append(ids, v)
 		}
+		if len(ids) == 1 && *dump == "" {
+			return usagef("--tokens: one id has no next id to score; give two or more, or --dump-logits FILE to write its logits")
+		}
 	}
-	dev, m, err := openModel(*dir, *device, *convert)
+	// The flags that depend on the model are checked against its config
+	// before the weights load.
+	mc, err := readModelConfig(*dir)
+	if err != nil {
+		return err
+	}
+	if err := checkEvalTokens(ids, mc); err != nil {
+		return err
+	}
+	if *seq > mc.MaxSeq {
+		return usagef("--seq %d exceeds the model's max_seq %d", *seq, mc.MaxSeq)
+	}
+	dev, m, err := openModel(*dir, *device, dt, *convert)
 	if err != nil {
 		return err
 	}
@@ -107,9 +135,6 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if T == 0 {
 		T = min(256, m.Config.MaxSeq)
 	}
-	if T > m.Config.MaxSeq {
-		return usagef("--seq %d exceeds the model's max_seq %d", T, m.Config.MaxSeq)
-	}
 	enc := tok.Encode(text)
 	stream := make([]int32, len(enc))
 	for i, v := range enc {
@@ -139,17 +164,32 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	res := struct {
 		Model      string  `json:"model"`
 		Data       string  `json:"data"`
+		DType      string  `json:"dtype"`
 		Tokens     int     `json:"tokens"`
 		Seq        int     `json:"seq"`
 		Loss       float64 `json:"loss"`
 		Perplexity float64 `json:"perplexity"`
 		BitsPerB   float64 `json:"bits_per_byte"`
-	}{*dir, source, n, T, loss, math.Exp(loss), bpb}
+	}{*dir, source, m.DType.String(), n, T, loss, math.Exp(loss), bpb}
 	if *asJSON {
 		return writeJSON(stdout, res)
 	}
-	fmt.Fprintf(stdout, "%s on %s: %d tokens in windows of %d\nloss %.4f nats/token, perplexity %.2f, %.3f bits/byte\n",
-		res.Model, res.Data, res.Tokens, res.Seq, res.Loss, res.Perplexity, res.BitsPerB)
+	fmt.Fprintf(stdout, "%s on %s (%s): %d tokens in windows of %d\nloss %.4f nats/token, perplexity %.2f, %.3f bits/byte\n",
+		res.Model, res.Data, res.DType, res.Tokens, res.Seq, res.Loss, res.Perplexity, res.BitsPerB)
+	return nil
+}
+
+// checkEvalTokens checks --tokens against the model's config: every id in
+// its vocabulary and the sequence within its context.
+func checkEvalTokens(ids []int, mc model.Config) error {
+	for i, t := range ids {
+		if t >= mc.Vocab {
+			return usagef("--tokens: id %d at position %d is outside the model's vocabulary [0, %d)", t, i, mc.Vocab)
+		}
+	}
+	if len(ids) > mc.MaxSeq {
+		return usagef("--tokens: %d ids exceed the model's max_seq %d", len(ids), mc.MaxSeq)
+	}
 	return nil
 }
 
@@ -157,13 +197,8 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 // optionally, the logits written to a safetensors file.
 func evalTokens(m *model.Model, ids []int, dump string, asJSON bool, stdout io.Writer) error {
 	V := m.Config.Vocab
-	for i, t := range ids {
-		if t < 0 || t >= V {
-			return usagef("--tokens: id %d at position %d is outside the model's vocabulary [0, %d)", t, i, V)
-		}
-	}
-	if len(ids) > m.Config.MaxSeq {
-		return usagef("--tokens: %d ids exceed the model's max_seq %d", len(ids), m.Config.MaxSeq)
+	if err := checkEvalTokens(ids, m.Config); err != nil {
+		return err
 	}
 	logits, err := m.SequenceLogits(ids)
 	if err != nil {
@@ -188,23 +223,30 @@ func evalTokens(m *model.Model, ids []int, dump string, asJSON bool, stdout io.W
 		}
 		losses[i] = mx + math.Log(s) - float64(row[ids[i+1]])
 	}
-	mean := 0.0
-	for _, l := range losses {
-		mean += l
-	}
+	// No loss without a next id (one id, only with --dump-logits): null in
+	// JSON rather than 0, which would read as a perfect score.
+	var mean *float64
 	if len(losses) > 0 {
-		mean /= float64(len(losses))
+		s := 0.0
+		for _, l := range losses {
+			s += l
+		}
+		s /= float64(len(losses))
+		mean = &s
 	}
 	if asJSON {
 		return writeJSON(stdout, struct {
 			Tokens []int     `json:"tokens"`
+			DType  string    `json:"dtype"`
 			Losses []float64 `json:"next_token_losses"`
-			Mean   float64   `json:"mean_loss"`
+			Mean   *float64  `json:"mean_loss"`
 			Logits string    `json:"logits_file,omitempty"`
-		}{ids, losses, mean, dump})
+		}{ids, m.DType.String(), losses, mean, dump})
 	}
-	if len(losses) > 0 {
-		fmt.Fprintf(stdout, "%d tokens: mean next-token loss %.4f (perplexity %.2f)\n", len(ids), mean, math.Exp(mean))
+	if mean != nil {
+		fmt.Fprintf(stdout, "%d tokens: mean next-token loss %.4f (perplexity %.2f)\n", len(ids), *mean, math.Exp(*mean))
+	} else {
+		fmt.Fprintf(stdout, "%d token: no next-token loss (that needs two or more)\n", len(ids))
 	}
 	if dump != "" {
 		fmt.Fprintf(stdout, "logits [%d, %d] written to %s\n", len(ids), V, dump)

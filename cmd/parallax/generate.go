@@ -7,7 +7,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/parallax-engine/parallax/engine"
 	"github.com/parallax-engine/parallax/model"
 	"github.com/parallax-engine/parallax/model/tokenizer"
 	"github.com/parallax-engine/parallax/train"
@@ -20,12 +19,17 @@ Usage:
 Continues the prompt with a trained model (a directory written by
 'parallax train', or a Hugging Face Qwen3 directory with tokenizer.json),
 printing the text as it is produced. Sampling is reproducible for a seed;
---temperature 0 is greedy.
+--temperature 0 is greedy. Ids of the model's vocabulary that the tokenizer
+cannot decode (a vocabulary padded past the tokenizer's, as in Hugging Face
+Qwen3) are never sampled. The model runs in --dtype (auto: bf16 on GPUs,
+f32 on the CPU) with its KV cache in the same dtype; a bf16 or f16 model
+keeps only its compute copies of the weights, about half the memory of f32.
 `
 
 const generateExamples = `
   parallax generate --model run --prompt "It is a truth universally acknowledged"
   parallax generate --model run --prompt "Emma" --temperature 0 --max-tokens 50
+  parallax generate --model Qwen3-0.6B --prompt "The capital of France is" --dtype bf16 --device cuda:0
 `
 
 func runGenerate(args []string, stdout, stderr io.Writer) error {
@@ -35,9 +39,10 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	maxTokens := fs.Int("max-tokens", 200, "tokens to generate at most")
 	temp := fs.Float64("temperature", 0.8, "sampling temperature (0: greedy)")
 	topK := fs.Int("top-k", 0, "sample from the K most likely tokens (0: all)")
-	topP := fs.Float64("top-p", 0.95, "nucleus sampling: the smallest set reaching this probability (1: all)")
+	topP := fs.Float64("top-p", 0.95, "nucleus sampling: the smallest set reaching this probability, in (0, 1] (1: all)")
 	seed := fs.Uint64("seed", 1, "sampling seed")
 	device := fs.String("device", "auto", "device: auto, cpu, vulkan:N, cuda:N")
+	dtypeName := fs.String("dtype", "auto", dtypeUsage)
 	convert := fs.Bool("convert-parallax", false, "load a softmax (e.g. Hugging Face Qwen3) checkpoint as Parallax with W_R = 0: the outputs are unchanged")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -48,14 +53,27 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	if *prompt == "" {
 		return usagef("--prompt is required")
 	}
-	if *maxTokens < 1 || *temp < 0 || *topK < 0 || *topP < 0 || *topP > 1 {
-		return usagef("--max-tokens must be >= 1, --temperature and --top-k >= 0, --top-p in [0, 1]")
+	// Every numeric flag is checked here, before the model loads: NaN
+	// passes any comparison, so each test is written to fail on it.
+	switch {
+	case *maxTokens < 1:
+		return usagef("--max-tokens %d must be >= 1", *maxTokens)
+	case !(*temp >= 0) || !finite(*temp):
+		return usagef("--temperature %g must be a finite number >= 0 (0: greedy)", *temp)
+	case *topK < 0:
+		return usagef("--top-k %d must be >= 0 (0: all)", *topK)
+	case !(*topP > 0 && *topP <= 1):
+		return usagef("--top-p %g must be in (0, 1] (1: all)", *topP)
+	}
+	dt, err := parseDTypeFlag(*dtypeName)
+	if err != nil {
+		return err
 	}
 	tok, err := loadTokenizer(*dir)
 	if err != nil {
 		return err
 	}
-	dev, m, err := openModel(*dir, *device, *convert)
+	dev, m, err := openModel(*dir, *device, dt, *convert)
 	if err != nil {
 		return err
 	}
@@ -63,6 +81,10 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	defer m.Free()
 	if tok.VocabSize() > m.Config.Vocab {
 		return fmt.Errorf("tokenizer in %s has %d tokens but the model only %d: they do not belong together", *dir, tok.VocabSize(), m.Config.Vocab)
+	}
+	suppress := undecodable(tok, m.Config.Vocab, m.Config.EOS)
+	if len(suppress) == m.Config.Vocab {
+		return fmt.Errorf("the tokenizer in %s decodes none of the model's %d ids", *dir, m.Config.Vocab)
 	}
 	ids := tok.EncodeWithSpecials(*prompt)
 	n := *maxTokens
@@ -76,23 +98,38 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprint(stdout, *prompt)
 	var out []int
 	printed := ""
+	var decErr error
 	_, err = m.Generate(ids, n, model.GenerateOptions{
-		Sample: model.SampleOptions{Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed},
+		Sample:   model.SampleOptions{Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed},
+		Suppress: suppress,
 	}, func(t int) bool {
 		out = append(out, t)
-		if s, err := tok.Decode(out); err == nil {
-			if cut := completeRunes(s); cut > len(printed) {
-				fmt.Fprint(stdout, s[len(printed):cut])
-				printed = s[:cut]
-			}
+		s, err := tok.Decode(out)
+		if err != nil {
+			// Suppress keeps undecodable ids out, so this is a bug or a
+			// broken tokenizer: stop rather than go on printing nothing.
+			decErr = fmt.Errorf("generated token %d (id %d): %w", len(out), t, err)
+			return false
+		}
+		if cut := completeRunes(s); cut > len(printed) {
+			fmt.Fprint(stdout, s[len(printed):cut])
+			printed = s[:cut]
 		}
 		return true
 	})
-	if s, derr := tok.Decode(out); derr == nil && len(s) > len(printed) {
-		fmt.Fprint(stdout, s[len(printed):])
+	if decErr == nil {
+		// The tail an incomplete UTF-8 sequence held back.
+		if s, derr := tok.Decode(out); derr != nil {
+			decErr = fmt.Errorf("decode the generated tokens: %w", derr)
+		} else if len(s) > len(printed) {
+			fmt.Fprint(stdout, s[len(printed):])
+		}
 	}
 	fmt.Fprintln(stdout)
-	return err
+	if err != nil {
+		return err
+	}
+	return decErr
 }
 
 // completeRunes returns the length of s without a trailing incomplete UTF-8
@@ -124,20 +161,4 @@ func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 		return t2, nil
 	}
 	return nil, fmt.Errorf("no tokenizer in %s: %w", path, err)
-}
-
-// openModel opens the device and loads the checkpoint in dir onto it, as
-// Parallax with W_R = 0 when convert is set. The caller frees the model and
-// closes the device.
-func openModel(dir, device string, convert bool) (engine.Device, *model.Model, error) {
-	dev, err := engine.Open(device)
-	if err != nil {
-		return nil, nil, err
-	}
-	m, err := model.Load(dir, dev, model.LoadOptions{ConvertParallax: convert})
-	if err != nil {
-		dev.Close()
-		return nil, nil, err
-	}
-	return dev, m, nil
 }

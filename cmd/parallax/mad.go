@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/parallax-engine/parallax/model"
 	"github.com/parallax-engine/parallax/train"
 	"github.com/parallax-engine/parallax/train/mad"
 )
@@ -68,6 +69,21 @@ func runMAD(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := noArgs(fs); err != nil {
+		return err
+	}
+	if err := checkFlags(fs,
+		numFlag("parallel").atLeast(1),
+		numFlag("lrs").above(0),
+		numFlag("wds").atLeast(0),
+		numFlag("epochs").atLeast(1),
+		numFlag("max-steps").atLeast(1).or(-1, "no cap"),
+		numFlag("batch").atLeast(1),
+		numFlag("max-train").atLeast(1),
+		numFlag("max-test").atLeast(1),
+		numFlag("dim").atLeast(1).atMost(model.MaxWidth),
+		numFlag("heads").atLeast(1).atMost(model.MaxWidth),
+		numFlag("head-dim").atLeast(1).atMost(model.MaxWidth),
+	); err != nil {
 		return err
 	}
 

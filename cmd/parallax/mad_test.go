@@ -38,7 +38,7 @@ func TestMAD(t *testing.T) {
 		{"--mixers mamba", "unknown mixer"},
 		{"--optimizer sgd", "not adamw or muon"},
 		{"--lrs x", "not a number"},
-		{"--lrs -1", "learning rate"},
+		{"--lrs -1", "--lrs -1: want a finite number > 0"},
 		{"--settings some", "want baseline or all"},
 		{"--parallel 0", "--parallel"},
 		{"extra", "unexpected argument"},

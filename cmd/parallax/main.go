@@ -39,7 +39,7 @@ func commands() []command {
 		{"devices", "list compute backends and devices", runDevices},
 		{"op", "run one op on tensors from a safetensors file", runOp},
 		{"conformance", "certify a device: every op against a float64 reference", runConformance},
-		{"bench", "time attention, decode, matmul or training steps on a device", runBench},
+		{"bench", "time attention, decode, matmul, generation or training steps on a device", runBench},
 		{"train", "train a model (Parallax or softmax attention)", runTrain},
 		{"generate", "continue a prompt with a trained model", runGenerate},
 		{"eval", "loss and perplexity of a model on a text", runEval},

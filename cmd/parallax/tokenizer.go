@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -78,6 +79,9 @@ func runTokenizerTrain(args []string, stdout io.Writer) error {
 	}
 	if *vocab < 257 {
 		return usagef("--vocab %d is too small (256 bytes + <|endoftext|> at least)", *vocab)
+	}
+	if err := checkFlags(fs, numFlag("vocab").atMost(math.MaxInt32)); err != nil {
+		return err
 	}
 	var texts []string
 	if *dataPath == "" {

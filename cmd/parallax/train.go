@@ -18,7 +18,7 @@ Usage:
 
 Trains a language model with Parallax (or softmax) attention and writes the
 checkpoint (config.json, model.safetensors, optimizer.safetensors,
-tokenizer.json), metrics.jsonl and curves.png into --out.
+checkpoint.json), tokenizer.json, metrics.jsonl and curves.png into --out.
 
 Without --data it trains on the embedded corpus: five Austen novels, with
 Northanger Abbey held out for validation. --data takes a text file (its last
@@ -34,7 +34,15 @@ under Muon.
 
 Ctrl-C finishes the current step and saves a checkpoint; --resume continues
 it exactly (the run's settings come from the checkpoint; --steps may be
-raised).
+raised; --log-every, --eval-every and --save-every are the checkpoint's
+unless given again). A save is atomic: its files are staged, listed with
+their checksums in checkpoint.json and then moved into place, and --resume
+finishes a save that was killed after staging (or falls back to the last
+complete checkpoint when it was killed before).
+
+A fresh run refuses an --out that holds another run's files (a checkpoint,
+metrics.jsonl, tokenizer.json, data/); --force removes them first. A run
+that fails before its first checkpoint removes what it created.
 
 Data parallel: --nproc-per-node N starts N ranks on this node, one per GPU
 (cuda:0..N-1); a process started with torchrun-style variables (RANK,
@@ -89,6 +97,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.Tokenizer, "tokenizer", "", `use this tokenizer.json instead of training one, or "gpt2" for GPT-2's (the default for a 50257-token model)`)
 	fs.StringVar(&cfg.Out, "out", "run", "output directory")
 	fs.BoolVar(&cfg.Resume, "resume", false, "continue the checkpoint in --out")
+	fs.BoolVar(&cfg.Force, "force", false, "start afresh in an --out holding another run's files, removing them (checkpoint, metrics, tokenizer, data)")
 	fs.IntVar(&cfg.EvalEvery, "eval-every", d.EvalEvery, "evaluate every N steps and at the end (-1: never)")
 	fs.IntVar(&cfg.EvalBatches, "eval-batches", d.EvalBatches, "validation batches per evaluation (0: the whole held-out text)")
 	fs.IntVar(&cfg.SaveEvery, "save-every", d.SaveEvery, "checkpoint every N steps and at the end (-1: only at the end)")
@@ -99,11 +108,14 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	nproc := fs.Int("nproc-per-node", 0, "data parallel: start this many ranks on this node, one per GPU")
 	fs.StringVar(&cfg.Comm, "comm", "auto", "data parallel collectives: auto (NCCL on CUDA GPUs, else TCP), nccl or tcp")
 	fs.BoolVar(&cfg.ZeRO, "zero", false, "data parallel: shard the optimizer state over the ranks (ZeRO-1)")
-	fs.Float64Var(&cfg.BucketMB, "bucket-mb", 25, "data parallel: gradient bucket size in MiB; each bucket is reduced as soon as the backward pass has finished its gradients")
+	fs.Float64Var(&cfg.BucketMB, "bucket-mb", 25, "data parallel: gradient bucket size in MiB (0: the default, 25); each bucket is reduced as soon as the backward pass has finished its gradients")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := noArgs(fs); err != nil {
+		return err
+	}
+	if err := checkTrainFlags(fs); err != nil {
 		return err
 	}
 	if cfg.Resume {
@@ -112,8 +124,21 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 				return usagef("--%s cannot change a resumed run (its settings come from the checkpoint in %s); only --steps may be raised", name, cfg.Out)
 			}
 		}
+		if fs.Changed("force") {
+			return usagef("--force starts a fresh run in %s; it cannot be combined with --resume", cfg.Out)
+		}
 		if !fs.Changed("steps") {
 			cfg.Steps = 0 // keep the checkpoint's
+		}
+		// 0 keeps the checkpoint's intervals.
+		if !fs.Changed("log-every") {
+			cfg.LogEvery = 0
+		}
+		if !fs.Changed("eval-every") {
+			cfg.EvalEvery = 0
+		}
+		if !fs.Changed("save-every") {
+			cfg.SaveEvery = 0
 		}
 	}
 	cfg.PeakFLOPS = *peak * 1e12
@@ -189,6 +214,9 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	}
 	if res.Interrupted {
 		fmt.Fprintf(stdout, "stopped at step %d; continue with: parallax train --out %s --resume\n", res.Step, res.Out)
+		return nil
+	}
+	if res.AlreadyDone { // Run said so; there is no loss or rate to report
 		return nil
 	}
 	fmt.Fprintf(stdout, "done: %d steps, train loss %.4f", res.Step, res.Loss)

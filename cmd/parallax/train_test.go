@@ -70,7 +70,7 @@ func TestTrainGenerateEval(t *testing.T) {
 	expect(2, "unknown subcommand", "tokenizer", "frob")
 
 	// Bad input gives a clear error, not a panic.
-	expect(1, `unknown model preset "huge"`, "train", "--config", "huge", "--out", filepath.Join(dir, "x"), "--device", "cpu", "--data", textPath)
+	expect(2, `--config "huge" is neither a model preset`, "train", "--config", "huge", "--out", filepath.Join(dir, "x"), "--device", "cpu", "--data", textPath)
 	empty := filepath.Join(dir, "empty.txt")
 	os.WriteFile(empty, nil, 0o644)
 	expect(1, "empty", "train", "--config", cfgPath, "--data", empty, "--out", filepath.Join(dir, "y"), "--device", "cpu")
@@ -79,7 +79,7 @@ func TestTrainGenerateEval(t *testing.T) {
 	b, _ := os.ReadFile(w)
 	os.WriteFile(w, b[:len(b)/3], 0o644)
 	expect(1, "model.safetensors", "generate", "--model", out, "--prompt", "x", "--device", "cpu")
-	expect(1, "parallax train: --resume: load model", "train", "--out", out, "--resume", "--steps", "4", "--device", "cpu")
+	expect(1, "parallax train: --resume: model.safetensors does not belong", "train", "--out", out, "--resume", "--steps", "4", "--device", "cpu")
 	os.WriteFile(w, append(b[:len(b)-1], b[len(b)-1]^1), 0o644) // intact layout, one flipped bit
 	expect(1, "does not belong", "train", "--out", out, "--resume", "--steps", "4", "--device", "cpu")
 }

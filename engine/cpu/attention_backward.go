@@ -127,6 +127,7 @@ type bwdScratch struct {
 	s, t, a []float32 // one tile row (row pass) or a block x tile (column pass)
 	acc1    []float32 // the column pass's dk accumulators for one key block
 	acc2    []float32 // and its dv accumulators
+	lo, hi  []int     // the column pass: each row's visible keys [lo, hi) in the tile
 }
 
 func (in *bwdInputs) rowArgs(b, h, i int) (q, r, g []float32, lse, T, Bv, tbar float32) {
@@ -227,6 +228,7 @@ func (d *Device) attnBackwardCols(in *bwdInputs, dk, dv []float32) {
 		return &bwdScratch{
 			s: make([]float32, bq*attnBk), t: make([]float32, bq*attnBk), a: make([]float32, bq*attnBk),
 			acc1: make([]float32, attnBk*D), acc2: make([]float32, attnBk*D),
+			lo: make([]int, bq), hi: make([]int, bq),
 		}
 	}, func(w *bwdScratch, item int) {
 		kb := item / heads // causal: early keys are seen by the most rows
@@ -256,9 +258,11 @@ func (d *Device) attnBackwardCols(in *bwdInputs, dk, dv []float32) {
 				clear(S)
 				clear(T)
 				clear(A)
+				vlo, vhi := w.lo[:r1-r0], w.hi[:r1-r0]
 				for i := r0; i < r1; i++ {
 					lo, hi := in.Visible(i)
 					c0, c1 := max(lo, j0), min(hi, j1)
+					vlo[i-r0], vhi[i-r0] = c0-j0, c1-j0
 					if c0 >= c1 {
 						continue
 					}
@@ -279,7 +283,7 @@ func (d *Device) attnBackwardCols(in *bwdInputs, dk, dv []float32) {
 				if parallax {
 					rs = in.r[off : off+(r1-r0)*D]
 				}
-				gatherKeyGrads(dkt, dvt, S, T, A, qs, rs, gs, r1-r0, nk, in.Scale)
+				gatherKeyGrads(dkt, dvt, S, T, A, qs, rs, gs, vlo, vhi, nk, in.Scale)
 			}
 		}
 		copy(dk[kvOff:kvOff+nk*D], dkt)
@@ -288,18 +292,30 @@ func (d *Device) attnBackwardCols(in *bwdInputs, dk, dv []float32) {
 }
 
 // gatherKeyGrads adds to each of the nk key rows of dk and dv the
-// contributions of nr query rows: dk_j += sum_i (scale S[i,j] q_i +
-// T[i,j] r_i), dv_j += sum_i A[i,j] g_i, with S, T, A [nr x nk] row-major
-// (T and rs unused for softmax: rs nil).
-func gatherKeyGrads(dk, dv, S, T, A, qs, rs, gs []float32, nr, nk int, scale float32) {
+// contributions of the query rows i that see it (lo[i] <= j < hi[i]):
+// dk_j += sum_i (scale S[i,j] q_i + T[i,j] r_i), dv_j += sum_i A[i,j] g_i,
+// with S, T, A [nr x nk] row-major (T and rs unused for softmax: rs nil).
+// A masked pair adds nothing, not 0 times its row: a NaN or an infinity in
+// q, r or g of a row must not reach the keys the row does not see.
+func gatherKeyGrads(dk, dv, S, T, A, qs, rs, gs []float32, lo, hi []int, nk int, scale float32) {
 	D := len(dk) / nk
+	nr := len(lo)
 	for j := range nk {
 		dkj := dk[j*D:]
 		dkj = dkj[:D]
 		dvj := dv[j*D:]
 		dvj = dvj[:D]
-		i := 0
-		for ; i+4 <= nr; i += 4 {
+		// The rows that see key j form one range (both ends of the
+		// visible range grow with i): [i0, i1).
+		i0, i1 := 0, nr
+		for i0 < nr && !(lo[i0] <= j && j < hi[i0]) {
+			i0++
+		}
+		for i1 > i0 && !(lo[i1-1] <= j && j < hi[i1-1]) {
+			i1--
+		}
+		i := i0
+		for ; i+4 <= i1; i += 4 {
 			c0, c1, c2, c3 := scale*S[i*nk+j], scale*S[(i+1)*nk+j], scale*S[(i+2)*nk+j], scale*S[(i+3)*nk+j]
 			p0, p1, p2, p3 := A[i*nk+j], A[(i+1)*nk+j], A[(i+2)*nk+j], A[(i+3)*nk+j]
 			q0 := qs[i*D:]
@@ -318,11 +334,7 @@ func gatherKeyGrads(dk, dv, S, T, A, qs, rs, gs []float32, nr, nk int, scale flo
 			g2 = g2[:D]
 			g3 := gs[(i+3)*D:]
 			g3 = g3[:D]
-			if rs == nil {
-				if c0 == 0 && c1 == 0 && c2 == 0 && c3 == 0 && p0 == 0 && p1 == 0 && p2 == 0 && p3 == 0 {
-					continue
-				}
-			} else {
+			if rs != nil {
 				e0, e1, e2, e3 := T[i*nk+j], T[(i+1)*nk+j], T[(i+2)*nk+j], T[(i+3)*nk+j]
 				r0 := rs[i*D:]
 				r0 = r0[:D]
@@ -345,7 +357,7 @@ func gatherKeyGrads(dk, dv, S, T, A, qs, rs, gs []float32, nr, nk int, scale flo
 				dvj[x] += p0*g0[x] + p1*g1[x] + p2*g2[x] + p3*g3[x]
 			}
 		}
-		for ; i < nr; i++ {
+		for ; i < i1; i++ {
 			c, p := scale*S[i*nk+j], A[i*nk+j]
 			qi := qs[i*D:]
 			qi = qi[:D]

@@ -62,3 +62,45 @@ func TestAttentionConformance(t *testing.T) {
 		t.Logf("%-34s worst %-8s %.3g (tolerance %.3g)", k, m.Name, m.Err, m.Tol)
 	}
 }
+
+// TestConformanceFlakySeeds repeats the inputs of attention-backward cases
+// that failed a fixed bf16 tolerance on this backend (relative error 2.7e-2
+// and 2.0e-2 against 1.6e-2) although the kernel rounds nothing but o and
+// its outputs: dS = p (dO.v - dO.o) cancels when p concentrates on one key,
+// so the rounding of the stored o is large next to dS. The suite's
+// tolerance is now the rounding model's bound (docs/ENGINE.md), which these
+// inputs must meet. The seeds are the cases' own (a run's seed plus the
+// case's index at the time).
+func TestConformanceFlakySeeds(t *testing.T) {
+	dev := cpu.New()
+	cases := enginetest.Cases(dev, enginetest.Options{DTypes: []engine.DType{engine.BF16}})
+	for _, tc := range []struct {
+		name string // op/variant/dtype
+		seed uint64
+	}{
+		{"attention backward/B1 Hq4 Hkv1 Lq1 Lk20 D16 causal softmax/bf16", 1796151058094830798 + 131},
+		{"attention backward/B1 Hq2 Hkv2 Lq9 Lk9 D8 causal parallax/bf16", 1796151064483959811 + 128},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var found bool
+			for _, c := range cases {
+				if c.Op+"/"+c.Name+"/"+c.DType.String() != tc.name {
+					continue
+				}
+				found = true
+				r := enginetest.Check(dev, c, tc.seed)
+				if r.Err != nil {
+					t.Fatal(r.Err)
+				}
+				for _, m := range r.Metrics {
+					if !m.Pass() {
+						t.Errorf("seed %d: %s: relative error %.3g exceeds %.3g", tc.seed, m.Name, m.Err, m.Tol)
+					}
+				}
+			}
+			if !found {
+				t.Fatalf("no case %q", tc.name)
+			}
+		})
+	}
+}

@@ -209,6 +209,7 @@ type Device struct {
 	errBuf          *buffer // [4]int32: code and details of the first kernel-detected error
 	decPart, decCnt *buffer // decode split partials and completion counters
 	prof            profiler
+	mt              map[string]*mtTable // multi-tensor tables by content (multi.go)
 	closed          bool
 }
 
@@ -302,6 +303,16 @@ func (d *Device) Write(t *engine.Tensor, src []byte) error {
 	})
 }
 
+// htod copies host bytes to device memory at p, ordered after enqueued ops.
+func (d *Device) htod(p uint64, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	return d.memOp("memcpy HtoD", int64(len(src)), func() C.CUresult {
+		return C.pxcu_htod(d.ctx, C.CUdeviceptr(p), unsafe.Pointer(&src[0]), C.size_t(len(src)), d.stream)
+	})
+}
+
 // Read waits for enqueued ops and copies t's bytes into dst. An error a
 // kernel raised is reported (as by Sync) instead of the copy.
 func (d *Device) Read(t *engine.Tensor, dst []byte) error {
@@ -373,6 +384,7 @@ func (d *Device) Close() error {
 	if d.mods != nil {
 		d.mods.unload()
 	}
+	d.mtFree()
 	d.alloc.release()
 	if e := d.profFree(); err == nil {
 		err = e

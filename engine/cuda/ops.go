@@ -101,6 +101,32 @@ func (d *Device) EmbeddingBackward(dTable, ids, dOut *engine.Tensor) error {
 	return nil
 }
 
+// lanesPerRow is the lanes a row of n elements gets in the 16-byte
+// (8-element) norm kernels: n/8 when that is a power of two below 32, else
+// 32; 0 when n is not a multiple of 8 (the pairwise kernels then run).
+func lanesPerRow(n int) int {
+	if n%8 != 0 || n == 0 {
+		return 0
+	}
+	c := n / 8
+	if c >= 32 {
+		return 32
+	}
+	if c&(c-1) != 0 {
+		return 0
+	}
+	return c
+}
+
+// ewGrid is the grid of the elementwise kernels that take 8 elements a
+// thread when n is a multiple of 8 (GRID_STRIDE8) and 2 otherwise.
+func ewGrid(n int64) [3]int {
+	if n%8 == 0 {
+		return grid1(n / 8)
+	}
+	return grid1((n + 1) / 2)
+}
+
 // ropeRows is ROPE_ROWS of elementwise.cu: the rows a rope thread rotates.
 const ropeRows = 16
 
@@ -122,6 +148,10 @@ func (d *Device) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) error {
 	if rows == 0 || n == 0 {
 		return nil
 	}
+	if lpr := lanesPerRow(n); lpr > 0 {
+		return d.launch(ew, "rmsnorm8", warpRowGrid((rows+32/lpr-1)/(32/lpr)), threads256, 0,
+			newArgs().p(ptr(out)).i(dt(out)).p(ptr(rstd)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).l(int64(rows)).i(n).f(eps).i(lpr))
+	}
 	return d.launch(ew, "rmsnorm", warpRowGrid(rows), threads256, 0,
 		newArgs().p(ptr(out)).i(dt(out)).p(ptr(rstd)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).l(int64(rows)).i(n).f(eps))
 }
@@ -139,9 +169,22 @@ func (d *Device) RMSNormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor) error 
 	if rows == 0 || n == 0 {
 		return nil
 	}
-	if err := d.launch(ew, "rmsnorm_bwd", warpRowGrid(rows), threads256, 0,
-		newArgs().p(ptr(dX)).i(dt(dX)).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).p(ptr(rstd)).l(int64(rows)).i(n)); err != nil {
-		return err
+	var err2 error
+	if lpr := lanesPerRow(n); lpr > 0 {
+		err2 = d.launch(ew, "rmsnorm_bwd8", warpRowGrid((rows+32/lpr-1)/(32/lpr)), threads256, 0,
+			newArgs().p(ptr(dX)).i(dt(dX)).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).p(ptr(rstd)).l(int64(rows)).i(n).i(lpr))
+	} else {
+		err2 = d.launch(ew, "rmsnorm_bwd", warpRowGrid(rows), threads256, 0,
+			newArgs().p(ptr(dX)).i(dt(dX)).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).p(ptr(rstd)).l(int64(rows)).i(n))
+	}
+	if err2 != nil {
+		return err2
+	}
+	gy := min((rows+63)/64, 1024)
+	if dW.DType() == engine.F32 {
+		// The blocks' column sums add straight into an f32 dW.
+		return d.launch(ew, "rmsnorm_dw", [3]int{(n + 31) / 32, gy, 1}, [3]int{32, 8, 1}, 0,
+			newArgs().p(ptr(dW)).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(rstd)).l(int64(rows)).i(n))
 	}
 	acc, err := d.scratch(int64(n) * 4)
 	if err != nil {
@@ -151,7 +194,6 @@ func (d *Device) RMSNormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor) error 
 	if err := d.zero(acc.ptr, int64(n)*4); err != nil {
 		return err
 	}
-	gy := min((rows+63)/64, 1024)
 	if err := d.launch(ew, "rmsnorm_dw", [3]int{(n + 31) / 32, gy, 1}, [3]int{32, 8, 1}, 0,
 		newArgs().p(acc.ptr).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(rstd)).l(int64(rows)).i(n)); err != nil {
 		return err
@@ -181,6 +223,14 @@ func (d *Device) rope(op string, out, x, pos *engine.Tensor, theta float32, inve
 	if inverse {
 		inv = 1
 	}
+	if (dim/2)%8 == 0 && dt(x) != 3 && dt(out) != 3 {
+		// x: (l, 8 pairs) groups; y: (b, h) rows, ropeRows of them a
+		// thread in the y direction's stride.
+		g := grid1(int64(l) * int64(dim/16))
+		g[1] = max(1, min((b*h+ropeRows-1)/ropeRows, 65535))
+		return d.launch(ew, "rope8", g, threads256, 0,
+			newArgs().p(ptr(out)).i(dt(out)).p(ptr(x)).i(dt(x)).p(ptr(pos)).i(b).i(h).i(l).i(dim).f(theta).i(inv))
+	}
 	// x: (l, i) pairs, y: groups of ropeRows (b, h) rows sharing them.
 	g := grid1(int64(l) * int64(dim/2))
 	g[1] = max(1, min((b*h+ropeRows-1)/ropeRows, 65535))
@@ -197,7 +247,7 @@ func (d *Device) SwiGLU(out, gate, up *engine.Tensor) error {
 	if err := d.own("swiglu", out, gate, up); err != nil {
 		return err
 	}
-	return d.launch(ew, "swiglu", grid1((int64(n)+1)/2), threads256, 0,
+	return d.launch(ew, "swiglu", ewGrid(int64(n)), threads256, 0,
 		newArgs().p(ptr(out)).i(dt(out)).p(ptr(gate)).i(dt(gate)).p(ptr(up)).i(dt(up)).l(int64(n)))
 }
 
@@ -211,7 +261,7 @@ func (d *Device) SwiGLUBackward(dGate, dUp, dOut, gate, up *engine.Tensor) error
 	if err := d.own(op, dGate, dUp, dOut, gate, up); err != nil {
 		return err
 	}
-	return d.launch(ew, "swiglu_bwd", grid1((int64(n)+1)/2), threads256, 0,
+	return d.launch(ew, "swiglu_bwd", ewGrid(int64(n)), threads256, 0,
 		newArgs().p(ptr(dGate)).i(dt(dGate)).p(ptr(dUp)).i(dt(dUp)).p(ptr(dOut)).i(dt(dOut)).
 			p(ptr(gate)).i(dt(gate)).p(ptr(up)).i(dt(up)).l(int64(n)))
 }
@@ -225,7 +275,7 @@ func (d *Device) AddScaled(out, a, b *engine.Tensor, alpha, beta float32) error 
 	if err := d.own("add scaled", out, a, b); err != nil {
 		return err
 	}
-	return d.launch(ew, "add_scaled", grid1((int64(n)+1)/2), threads256, 0,
+	return d.launch(ew, "add_scaled", ewGrid(int64(n)), threads256, 0,
 		newArgs().p(ptr(out)).i(dt(out)).p(ptr(a)).i(dt(a)).p(ptr(b)).i(dt(b)).l(int64(n)).f(alpha).f(beta))
 }
 

@@ -128,7 +128,12 @@ func AttentionBackward(d Dims, q, k, v, r, dO []float64) (dq, dk, dv, dr []float
 					if r != nil {
 						t = attnDot(d.qRow(r, b, h, i), kj)
 					}
-					dS := pj * (a - T + (tb-t)*(a-Bv))
+					// Softmax has no (tbar - t)(a - Bv) term at all (not
+					// 0 times it: an infinite a - Bv would make that NaN).
+					dS := pj * (a - T)
+					if r != nil {
+						dS = pj * (a - T + (tb-t)*(a-Bv))
+					}
 					attnAxpy(d.qRow(dq, b, h, i), d.Scale*dS, kj)
 					attnAxpy(d.kRow(dk, b, hk, j), d.Scale*dS, qi)
 					attnAxpy(d.kRow(dv, b, hk, j), pj*(1+tb-t), g)

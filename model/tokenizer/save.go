@@ -16,7 +16,7 @@ import (
 // pre-tokenizer and decoder, the special tokens as added tokens.
 func (t *Tokenizer) SaveHF(path string) error {
 	if err := atomicfile.WriteFile(path, t.hfJSON()); err != nil {
-		return fmt.Errorf("tokenizer: save: %w", err)
+		return fmt.Errorf("tokenizer: save %s: %w", path, err)
 	}
 	return nil
 }
@@ -39,8 +39,9 @@ func (t *Tokenizer) Save(dir string) error {
 		{"vocab.json", t.vocabJSON("")},
 		{"merges.txt", merges},
 	} {
-		if err := atomicfile.WriteFile(filepath.Join(dir, f.name), f.data); err != nil {
-			return fmt.Errorf("tokenizer: save: %w", err)
+		path := filepath.Join(dir, f.name)
+		if err := atomicfile.WriteFile(path, f.data); err != nil {
+			return fmt.Errorf("tokenizer: save %s: %w", path, err)
 		}
 	}
 	return nil

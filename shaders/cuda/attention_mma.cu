@@ -635,12 +635,14 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 		}
 		const int jb = c0 + stg * DEC_KEYS + warp * 16;
 		float mx = NEG_INF;
+		bool okm[2][2];
 #pragma unroll
 		for (int nt = 0; nt < 2; nt++)
 #pragma unroll
 			for (int e = 0; e < 2; e++) {
 				int j = jb + nt * 8 + tq * 2 + e;
 				bool ok = rowok && j < c1 && j < hiq && j >= loq;
+				okm[nt][e] = ok;
 				float x = ok ? s[nt][e] * sl2 : NEG_INF;
 				s[nt][e] = x;
 				mx = fmaxf(mx, x);
@@ -657,7 +659,8 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 #pragma unroll
 			for (int e = 0; e < 2; e++) {
 				p[nt][e] = exp2f(s[nt][e] - mu);
-				pt[nt][e] = PX ? p[nt][e] * s[nt][2 + e] : 0.0f;
+				// A masked pair's p t is 0, not 0 * t (NaN for an infinite t).
+				pt[nt][e] = PX && okm[nt][e] ? p[nt][e] * s[nt][2 + e] : 0.0f;
 				d1 += p[nt][e];
 				d2 += pt[nt][e];
 			}
@@ -723,7 +726,9 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 	auto finish = [&](int r, int c, float D1, float D2, float A1, float A2) {
 		if (r >= nrows) return;
 		int hh = hk * G + r / Lq, i = r % Lq;
-		float inv = D1 > 0 ? 1.0f / D1 : 0.0f, tb = D2 * inv;
+		// A valid sequence's rows see a key: D1 NaN or 0 (every score
+		// -inf) makes o NaN, never 0.
+		float inv = 1.0f / D1, tb = D2 * inv;
 		float y = A1 * inv * (1 + tb) - A2 * inv;
 		O[(((i64)b * Hq + hh) * Lq + i) * D + c] = f2bf(y);
 	};

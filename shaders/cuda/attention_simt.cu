@@ -107,7 +107,10 @@ extern "C" __global__ void attn_fwd_simt(const void *q, const void *r, const voi
 			}
 		}
 	}
-	float inv = d1 > 0 ? 1.0f / d1 : 0.0f, tb = d2 * inv;
+	// Every row sees a key (causal needs Lq <= Lk; decode, lens >= Lq): a
+	// d1 that is NaN (a NaN or +inf score) or 0 (every score -inf) makes
+	// the row NaN, as in IEEE arithmetic; no guard may turn it into 0.
+	float inv = 1.0f / d1, tb = d2 * inv;
 #pragma unroll
 	for (int e = 0; e < MAXE; e++) {
 		int x = lane + 32 * e;
@@ -118,7 +121,7 @@ extern "C" __global__ void attn_fwd_simt(const void *q, const void *r, const voi
 		}
 	}
 	if (lane == 0) {
-		if (lse) lse[row] = d1 > 0 ? m + logf(d1) : NEG_INF;
+		if (lse) lse[row] = d1 == 0 ? __int_as_float(0x7fc00000) : m + logf(d1);
 		if (tbar) tbar[row] = tb;
 	}
 }

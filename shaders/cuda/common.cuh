@@ -104,6 +104,47 @@ __device__ __forceinline__ void st2f(void *p, int dt, i64 i, float a, float b) {
 	}
 }
 
+// ld8f loads elements i..i+7 (i a multiple of 8, the tensor's base 16-byte
+// aligned) as 16-byte accesses: one for 16-bit dtypes, two for f32. The
+// wide accesses put four to eight times the bytes of a 2-byte load in
+// flight per instruction, which streaming kernels need to reach the memory
+// bandwidth.
+__device__ __forceinline__ void ld8f(const void *p, int dt, i64 i, float *v) {
+	if (dt == DT_F32) {
+		const uint4 *q = (const uint4 *)p + (i >> 2);
+		uint4 a = q[0], b = q[1];
+		v[0] = __uint_as_float(a.x), v[1] = __uint_as_float(a.y), v[2] = __uint_as_float(a.z), v[3] = __uint_as_float(a.w);
+		v[4] = __uint_as_float(b.x), v[5] = __uint_as_float(b.y), v[6] = __uint_as_float(b.z), v[7] = __uint_as_float(b.w);
+		return;
+	}
+	uint4 a = ((const uint4 *)p)[i >> 3];
+	u32 w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		u16 lo = (u16)(w[k] & 0xffffu), hi = (u16)(w[k] >> 16);
+		v[2 * k] = dt == DT_BF16 ? bf2f(lo) : h2f(lo);
+		v[2 * k + 1] = dt == DT_BF16 ? bf2f(hi) : h2f(hi);
+	}
+}
+
+// st8f stores v[0..7] rounded at elements i..i+7 (aligned as for ld8f).
+__device__ __forceinline__ void st8f(void *p, int dt, i64 i, const float *v) {
+	if (dt == DT_F32) {
+		uint4 *q = (uint4 *)p + (i >> 2);
+		q[0] = make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+		q[1] = make_uint4(__float_as_uint(v[4]), __float_as_uint(v[5]), __float_as_uint(v[6]), __float_as_uint(v[7]));
+		return;
+	}
+	u32 w[4];
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		u16 lo = dt == DT_BF16 ? f2bf(v[2 * k]) : f2h(v[2 * k]);
+		u16 hi = dt == DT_BF16 ? f2bf(v[2 * k + 1]) : f2h(v[2 * k + 1]);
+		w[k] = (u32)lo | ((u32)hi << 16);
+	}
+	((uint4 *)p)[i >> 3] = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // Device error word: [code, a, b, c], the first error wins. Codes:
 // 1 embedding id out of range (id, position, V); 2 decode lens out of range
 // (b, lens[b], Cap); 3 singular LLA row (row, position, D); 4 cross entropy
@@ -259,7 +300,9 @@ __device__ __forceinline__ void fwd_store(const float *o1, const float *o2, floa
 		}
 		int i = i0 + 8 * r;
 		if (i >= Lq) continue;
-		float inv = d1[r] > 0 ? 1.0f / d1[r] : 0.0f, tb = PX ? d2[r] * inv : 0.0f;
+		// Every row sees a key: d1 NaN (a NaN or +inf score) or 0 (every
+		// score -inf) makes the row NaN, never 0.
+		float inv = 1.0f / d1[r], tb = PX ? d2[r] * inv : 0.0f;
 		u16 *orow = O + qo + (i64)i * D;
 #pragma unroll
 		for (int n = 0; n < D / 8; n++) {
@@ -274,7 +317,7 @@ __device__ __forceinline__ void fwd_store(const float *o1, const float *o2, floa
 			if (Vb) *(u32 *)(Vb + qo + (i64)i * D + c) = pack2(v0, v1);
 		}
 		if (tq == 0) {
-			if (LSE) LSE[so + i] = d1[r] > 0 ? (mr[r] + log2f(d1[r])) * LN2 : NEG_INF;
+			if (LSE) LSE[so + i] = d1[r] == 0 ? __int_as_float(0x7fc00000) : (mr[r] + log2f(d1[r])) * LN2;
 			if (TB) TB[so + i] = tb;
 		}
 	}

@@ -15,12 +15,24 @@ extern "C" __global__ void fill(void *t, int dt, i64 n, float v) {
 // The elementwise kernels below move two elements an access when n is even
 // (every tensor starts aligned, so pairs never straddle), halving the
 // memory instructions of 16-bit tensors; GRID_STRIDE2 walks the pairs.
+#define GRID_STRIDE8(i, n) for (i64 i = 8 * ((i64)blockIdx.x * blockDim.x + threadIdx.x); i < (n); i += 8 * (i64)gridDim.x * blockDim.x)
 #define GRID_STRIDE2(i, n) for (i64 i = 2 * ((i64)blockIdx.x * blockDim.x + threadIdx.x); i < (n); i += 2 * (i64)gridDim.x * blockDim.x)
 
 extern "C" __global__ void add_scaled(void *out, int dto, const void *a, int dta, const void *b, int dtb, i64 n,
                                       float alpha, float beta) {
 	if (n & 1) {
 		GRID_STRIDE(i, n) stf(out, dto, i, alpha * ldf(a, dta, i) + beta * ldf(b, dtb, i));
+		return;
+	}
+	if ((n & 7) == 0 && dto != DT_I32 && dta != DT_I32 && dtb != DT_I32) {
+		GRID_STRIDE8(i, n) {
+			float x[8], y[8];
+			ld8f(a, dta, i, x);
+			ld8f(b, dtb, i, y);
+#pragma unroll
+			for (int k = 0; k < 8; k++) x[k] = alpha * x[k] + beta * y[k];
+			st8f(out, dto, i, x);
+		}
 		return;
 	}
 	GRID_STRIDE2(i, n) {
@@ -100,6 +112,17 @@ extern "C" __global__ void swiglu(void *out, int dto, const void *g, int dtg, co
 		}
 		return;
 	}
+	if ((n & 7) == 0) {
+		GRID_STRIDE8(i, n) {
+			float z[8], up[8];
+			ld8f(g, dtg, i, z);
+			ld8f(u, dtu, i, up);
+#pragma unroll
+			for (int k = 0; k < 8; k++) z[k] = z[k] * sigmoidf(z[k]) * up[k];
+			st8f(out, dto, i, z);
+		}
+		return;
+	}
 	GRID_STRIDE2(i, n) {
 		pair z = ld2f(g, dtg, i), up = ld2f(u, dtu, i);
 		st2f(out, dto, i, z.x * sigmoidf(z.x) * up.x, z.y * sigmoidf(z.y) * up.y);
@@ -114,6 +137,23 @@ extern "C" __global__ void swiglu_bwd(void *dg, int dtdg, void *du, int dtdu, co
 			float s = sigmoidf(z);
 			stf(dg, dtdg, i, dy * up * s * (1.0f + z * (1.0f - s)));
 			stf(du, dtdu, i, dy * z * s);
+		}
+		return;
+	}
+	if ((n & 7) == 0) {
+		GRID_STRIDE8(i, n) {
+			float z[8], up[8], dy[8], a[8];
+			ld8f(g, dtg, i, z);
+			ld8f(u, dtu, i, up);
+			ld8f(dout, dtdo, i, dy);
+#pragma unroll
+			for (int k = 0; k < 8; k++) {
+				float sg = sigmoidf(z[k]);
+				a[k] = dy[k] * up[k] * sg * (1.0f + z[k] * (1.0f - sg));
+				up[k] = dy[k] * z[k] * sg;
+			}
+			st8f(dg, dtdg, i, a);
+			st8f(du, dtdu, i, up);
 		}
 		return;
 	}
@@ -275,6 +315,81 @@ extern "C" __global__ void rmsnorm_bwd(void *dx, int dtdx, const void *dout, int
 	}
 }
 
+// rmsnorm8 and rmsnorm_bwd8 are rmsnorm and rmsnorm_bwd for rows whose
+// width N is a multiple of 8 (every tensor 16-byte aligned): lpr lanes a
+// row (a power of two, N/8 or 32), 32/lpr rows a warp, 16-byte accesses,
+// sums over the row's lanes by shuffles. Per-head norms (N = 64: 8 lanes,
+// 4 rows a warp) thus keep every lane busy with wide loads.
+__device__ __forceinline__ float group_sum(float v, int lpr) {
+	for (int o = lpr >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+extern "C" __global__ void rmsnorm8(void *out, int dto, float *rstd, const void *x, int dtx, const void *w, int dtw,
+                                    i64 rows, int N, float eps, int lpr) {
+	int lane = threadIdx.x & 31, sub = lane & (lpr - 1), rpw = 32 / lpr;
+	i64 warp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), nwarps = (i64)gridDim.x * (blockDim.x >> 5);
+	for (i64 r0 = warp * rpw; r0 < rows; r0 += nwarps * rpw) {
+		i64 r = r0 + lane / lpr;
+		bool ok = r < rows;
+		i64 base = r * N;
+		float ss = 0;
+		if (ok)
+#pragma unroll 4
+			for (int c = 8 * sub; c < N; c += 8 * lpr) {
+				float v[8];
+				ld8f(x, dtx, base + c, v);
+#pragma unroll
+				for (int k = 0; k < 8; k++) ss += v[k] * v[k];
+			}
+		ss = group_sum(ss, lpr);
+		float sc = 1.0f / sqrtf(ss / (float)N + eps);
+		if (!ok) continue;
+		if (rstd && sub == 0) rstd[r] = sc;
+		for (int c = 8 * sub; c < N; c += 8 * lpr) {
+			float v[8], g[8];
+			ld8f(x, dtx, base + c, v);
+			ld8f(w, dtw, c, g);
+#pragma unroll
+			for (int k = 0; k < 8; k++) v[k] = v[k] * sc * g[k];
+			st8f(out, dto, base + c, v);
+		}
+	}
+}
+
+extern "C" __global__ void rmsnorm_bwd8(void *dx, int dtdx, const void *dout, int dtdo, const void *x, int dtx,
+                                        const void *w, int dtw, const float *rstd, i64 rows, int N, int lpr) {
+	int lane = threadIdx.x & 31, sub = lane & (lpr - 1), rpw = 32 / lpr;
+	i64 warp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), nwarps = (i64)gridDim.x * (blockDim.x >> 5);
+	for (i64 r0 = warp * rpw; r0 < rows; r0 += nwarps * rpw) {
+		i64 r = r0 + lane / lpr;
+		bool ok = r < rows;
+		i64 base = r * N;
+		float sc = ok ? rstd[r] : 0.0f, dot = 0;
+		if (ok)
+#pragma unroll 4
+			for (int c = 8 * sub; c < N; c += 8 * lpr) {
+				float g[8], wv[8], xv[8];
+				ld8f(dout, dtdo, base + c, g);
+				ld8f(w, dtw, c, wv);
+				ld8f(x, dtx, base + c, xv);
+#pragma unroll
+				for (int k = 0; k < 8; k++) dot += g[k] * wv[k] * xv[k];
+			}
+		float kk = group_sum(dot, lpr) * sc * sc / (float)N;
+		if (!ok) continue;
+		for (int c = 8 * sub; c < N; c += 8 * lpr) {
+			float g[8], wv[8], xv[8];
+			ld8f(dout, dtdo, base + c, g);
+			ld8f(w, dtw, c, wv);
+			ld8f(x, dtx, base + c, xv);
+#pragma unroll
+			for (int k = 0; k < 8; k++) g[k] = sc * (g[k] * wv[k] - xv[k] * kk);
+			st8f(dx, dtdx, base + c, g);
+		}
+	}
+}
+
 // rmsnorm_dw adds sum over rows of dOut xhat into acc [N]: blocks of 32
 // columns x 8 row lanes, rows split over gridDim.y.
 extern "C" __global__ void rmsnorm_dw(float *acc, const void *dout, int dtdo, const void *x, int dtx, const float *rstd,
@@ -314,13 +429,56 @@ extern "C" __global__ void rope(void *out, int dto, const void *x, int dtx, cons
 		double sn, cs;
 		sincos(ang, &sn, &cs);
 		float c = (float)cs, s = (float)(inverse ? -sn : sn);
-		for (i64 bh0 = (i64)blockIdx.y * ROPE_ROWS; bh0 < bhs; bh0 += (i64)gridDim.y * ROPE_ROWS)
-			for (i64 bh = bh0; bh < bh0 + ROPE_ROWS && bh < bhs; bh++) {
-				i64 base = (bh * L + l) * D;
-				float a = ldf(x, dtx, base + i), b = ldf(x, dtx, base + i + half);
-				stf(out, dto, base + i, a * c - b * s);
-				stf(out, dto, base + i + half, b * c + a * s);
-			}
+		for (i64 bh0 = (i64)blockIdx.y * ROPE_ROWS; bh0 < bhs; bh0 += (i64)gridDim.y * ROPE_ROWS) {
+			// Every row's pair is loaded before any is stored (the rows are
+			// disjoint, so this holds when out aliases x): 2 ROPE_ROWS
+			// loads in flight a thread.
+			float a[ROPE_ROWS], b[ROPE_ROWS];
+#pragma unroll
+			for (int k = 0; k < ROPE_ROWS; k++)
+				if (bh0 + k < bhs) {
+					i64 base = ((bh0 + k) * L + l) * D;
+					a[k] = ldf(x, dtx, base + i), b[k] = ldf(x, dtx, base + i + half);
+				}
+#pragma unroll
+			for (int k = 0; k < ROPE_ROWS; k++)
+				if (bh0 + k < bhs) {
+					i64 base = ((bh0 + k) * L + l) * D;
+					stf(out, dto, base + i, a[k] * c - b[k] * s);
+					stf(out, dto, base + i + half, b[k] * c + a[k] * s);
+				}
+		}
+	}
+}
+
+// rope8 is rope for half = D/2 a multiple of 8 (16-byte aligned rows): a
+// thread owns 8 consecutive pairs (i..i+7, i+half..i+half+7) of one
+// position, 16-byte accesses, the same ROPE_ROWS rows and double angles.
+extern "C" __global__ void rope8(void *out, int dto, const void *x, int dtx, const int *pos, int B, int H, int L, int D,
+                                 float theta, int inverse) {
+	int half = D / 2, groups = half / 8;
+	i64 per = (i64)L * groups, bhs = (i64)B * H;
+	for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < per; e += (i64)gridDim.x * blockDim.x) {
+		int l = (int)(e / groups), i0 = 8 * (int)(e - (i64)l * groups);
+		float c[8], s[8];
+#pragma unroll
+		for (int k = 0; k < 8; k++) {
+			double ang = (double)pos[l] * pow((double)theta, -2.0 * (i0 + k) / D);
+			double sn, cs;
+			sincos(ang, &sn, &cs);
+			c[k] = (float)cs, s[k] = (float)(inverse ? -sn : sn);
+		}
+		for (i64 bh = (i64)blockIdx.y; bh < bhs; bh += gridDim.y) {
+			i64 base = (bh * L + l) * D;
+			float a[8], b[8];
+			ld8f(x, dtx, base + i0, a);
+			ld8f(x, dtx, base + i0 + half, b);
+			float oa[8], ob[8];
+#pragma unroll
+			for (int k = 0; k < 8; k++) oa[k] = a[k] * c[k] - b[k] * s[k], ob[k] = b[k] * c[k] + a[k] * s[k];
+			st8f(out, dto, base + i0, oa);
+			st8f(out, dto, base + i0 + half, ob);
+		}
 	}
 }
 
@@ -346,12 +504,26 @@ __device__ __forceinline__ void ce_add(float v, float &m, float &s) {
 	}
 }
 
+// ce_merge folds the running pair (m2, s2) into (m, s).
+__device__ __forceinline__ void ce_merge(float &m, float &s, float m2, float s2) {
+	if (s2 == 0.0f && m2 == NEG_INF) return;
+	if (m2 > m) {
+		s = (s == 0.0f ? 0.0f : s * expf(m - m2)) + s2;
+		m = m2;
+	} else {
+		s += m2 == m ? s2 : s2 * expf(m2 - m);
+	}
+}
+
 extern "C" __global__ void cross_entropy(float *loss, void *dl, int dtdl, const void *logits, int dtl,
                                          const int *targets, int N, int W, int C, int ignore, float scale, int *err) {
 	__shared__ float shm[32];
 	__shared__ double shs[33];
 	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	bool pairs = (W & 1) == 0 && (C & 1) == 0;
+	// 16-byte accesses when every row starts 16-byte aligned (logits and
+	// dLogits of one dtype class; the pad columns past C give the room).
+	bool wide = (W & 7) == 0 && dtl != DT_I32 && (!dl || dtdl != DT_I32);
 	for (int r = blockIdx.x; r < N; r += gridDim.x) {
 		int t = targets[r];
 		i64 base = (i64)r * W;
@@ -364,7 +536,20 @@ extern "C" __global__ void cross_entropy(float *loss, void *dl, int dtdl, const 
 			continue;
 		}
 		float m = NEG_INF, s = 0.0f;
-		if (pairs)
+		if (wide) {
+			// Two running (max, sum) pairs halve the dependent chain.
+			float m1 = NEG_INF, s1 = 0.0f;
+			for (int c = 8 * threadIdx.x; c < C; c += 8 * blockDim.x) {
+				float v[8];
+				ld8f(logits, dtl, base + c, v);
+#pragma unroll
+				for (int k = 0; k < 8; k += 2) {
+					if (c + k < C) ce_add(v[k], m, s);
+					if (c + k + 1 < C) ce_add(v[k + 1], m1, s1);
+				}
+			}
+			ce_merge(m, s, m1, s1);
+		} else if (pairs)
 			for (int c = 2 * threadIdx.x; c < C; c += 2 * blockDim.x) {
 				pair v = ld2f(logits, dtl, base + c);
 				ce_add(v.x, m, s);
@@ -382,12 +567,23 @@ extern "C" __global__ void cross_entropy(float *loss, void *dl, int dtdl, const 
 		for (int k = 0; k < nw; k++) bm = fmaxf(bm, shm[k]);
 		double part = s == 0.0f ? 0.0 : (double)s * (m == bm ? 1.0 : exp((double)m - (double)bm));
 		double tot = block_sumd(part, shs);
-		double lse = (double)bm + log(tot);
+		// An infinite max makes the reference's exp(x - max) NaN for that
+		// logit, so its logsumexp (and the loss) is NaN; so is ours.
+		double lse = bm == -NEG_INF ? (double)__int_as_float(0x7fc00000) : (double)bm + log(tot);
 		if (threadIdx.x == 0) loss[r] = (float)(lse - (double)ldf(logits, dtl, base + t));
 		__syncthreads(); // every thread has read x_t before any write
 		if (dl) {
 			float fl = (float)lse;
-			if (pairs)
+			if (wide)
+				for (int c = 8 * threadIdx.x; c < W; c += 8 * blockDim.x) {
+					float v[8] = {0, 0, 0, 0, 0, 0, 0, 0}, g[8];
+					if (c < C) ld8f(logits, dtl, base + c, v);
+#pragma unroll
+					for (int k = 0; k < 8; k++)
+						g[k] = c + k < C ? scale * (expf(v[k] - fl) - (c + k == t ? 1.0f : 0.0f)) : 0.0f;
+					st8f(dl, dtdl, base + c, g);
+				}
+			else if (pairs)
 				for (int c = 2 * threadIdx.x; c < W; c += 2 * blockDim.x) {
 					float g0 = 0.0f, g1 = 0.0f;
 					if (c < C) {
@@ -472,4 +668,75 @@ extern "C" __global__ void rand_fill(void *t, int dt, i64 n, unsigned seed, floa
 		float u = (float)(x & 0xffffff) * (1.0f / 16777216.0f);
 		stf(t, dt, i, (2.0f * u - 1.0f) * scale);
 	}
+}
+
+// ---- multi-tensor ops: one launch over a list of tensors ----
+//
+// The table holds T entries and, after them, T+1 block offsets: tensor t
+// owns blocks [start[t], start[t+1]), MT_CHUNK elements a block, so a block
+// finds its tensor by binary search and works on one contiguous chunk.
+#define MT_CHUNK 16384
+struct mt_entry {
+	u64 p[4]; // up to four operands, by op
+	i64 n;    // elements
+	int dt[2];
+};
+
+__device__ __forceinline__ int mt_find(const int *start, int T, int blk) {
+	int lo = 0, hi = T - 1;
+	while (lo < hi) {
+		int mid = (lo + hi + 1) >> 1;
+		if (start[mid] <= blk) lo = mid;
+		else hi = mid - 1;
+	}
+	return lo;
+}
+
+#define MT_LOOP(tab, T, ...)                                                     \
+	const int *start = (const int *)(tab + T);                                   \
+	int t = mt_find(start, T, blockIdx.x);                                       \
+	const mt_entry e = tab[t];                                                   \
+	i64 c0 = (i64)(blockIdx.x - start[t]) * MT_CHUNK;                            \
+	i64 c1 = min(c0 + MT_CHUNK, e.n);                                            \
+	for (i64 i = c0 + threadIdx.x; i < c1; i += blockDim.x) __VA_ARGS__
+
+// mt_fill: p[0] (dtype dt[0]) = v.
+extern "C" __global__ void mt_fill(const mt_entry *tab, int T, float v) {
+	MT_LOOP(tab, T, stf((void *)e.p[0], e.dt[0], i, v););
+}
+
+// mt_scale: p[0] *= s (as add_scaled(t, t, t, s, 0)).
+extern "C" __global__ void mt_scale(const mt_entry *tab, int T, float s) {
+	MT_LOOP(tab, T, {
+		float x = ldf((const void *)e.p[0], e.dt[0], i);
+		stf((void *)e.p[0], e.dt[0], i, s * x + 0.0f * x);
+	});
+}
+
+// mt_sumsq adds sum p[0]^2 over every tensor into acc[0] (double).
+extern "C" __global__ void mt_sumsq(double *acc, const mt_entry *tab, int T) {
+	__shared__ double sh[33];
+	double s = 0;
+	MT_LOOP(tab, T, {
+		double v = ldf((const void *)e.p[0], e.dt[0], i);
+		s += v * v;
+	});
+	s = block_sumd(s, sh);
+	if (threadIdx.x == 0) atomicAdd(acc, s);
+}
+
+// mt_adamw: the adamw kernel's update on (p[0] dt[0], g p[1] dt[1], m p[2],
+// v p[3]) of every tensor, in double, with the same options.
+extern "C" __global__ void mt_adamw(const mt_entry *tab, int T, double decay, double step, double bc2, double b1,
+                                    double b2, double eps) {
+	MT_LOOP(tab, T, {
+		float *m = (float *)e.p[2], *v = (float *)e.p[3];
+		double x = ldf((const void *)e.p[1], e.dt[1], i);
+		double mi = b1 * (double)m[i] + (1 - b1) * x;
+		double vi = b2 * (double)v[i] + (1 - b2) * x * x;
+		m[i] = (float)mi;
+		v[i] = (float)vi;
+		double pi = (double)ldf((const void *)e.p[0], e.dt[0], i);
+		stf((void *)e.p[0], e.dt[0], i, (float)(pi * decay - step * mi / (sqrt(vi) / bc2 + eps)));
+	});
 }

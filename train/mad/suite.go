@@ -238,7 +238,10 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	return atomicfile.WriteFile(path, append(b, '\n'))
+	if err := atomicfile.WriteFile(path, append(b, '\n')); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }
 
 // dataCache generates each setting's data once and drops it when its last
@@ -774,8 +777,9 @@ func writeResults(out string, r *SuiteResult) error {
 	if err := writeJSON(filepath.Join(out, ResultsJSON), r); err != nil {
 		return err
 	}
-	if err := atomicfile.WriteFile(filepath.Join(out, ResultsMD), []byte(r.Markdown())); err != nil {
-		return err
+	md := filepath.Join(out, ResultsMD)
+	if err := atomicfile.WriteFile(md, []byte(r.Markdown())); err != nil {
+		return fmt.Errorf("write %s: %w", md, err)
 	}
 	return plot.WriteBarsPNG(filepath.Join(out, ResultsPNG), 1100, 520, r.Chart())
 }

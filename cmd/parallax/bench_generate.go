@@ -1,0 +1,224 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/parallax-engine/parallax/engine"
+	"github.com/parallax-engine/parallax/model"
+)
+
+// benchGenerateResult is what "bench generate" measured (its --json output).
+type benchGenerateResult struct {
+	Device    string `json:"device"`
+	Op        string `json:"op"` // "generate parallax" or "generate softmax"
+	Model     string `json:"model"`
+	DType     string `json:"dtype"` // the compute dtype of weights, activations and KV cache
+	Batch     int    `json:"batch"`
+	PromptLen int    `json:"prompt_len"`
+	New       int    `json:"new"` // decode steps timed
+	Params    int64  `json:"params"`
+	// Prefill: one forward over the B prompts of P tokens that fills the
+	// cache, up to the last position's logits on the host.
+	PrefillMs         float64 `json:"prefill_ms"`
+	PrefillTokensPerS float64 `json:"prefill_tokens_per_s"` // B P / prefill_ms
+	// Decode: the median step, which gives every sequence its next token:
+	// the forward, the logits read back (the device sync) and the host's
+	// greedy sampling, whose part is sample_ms.
+	DecodeMs         float64 `json:"decode_ms"`
+	DecodeTokensPerS float64 `json:"decode_tokens_per_s"` // B / decode_ms
+	SampleMs         float64 `json:"sample_ms"`
+	// Bytes a decode step reads from device memory: every weight once in
+	// the compute dtype (B rows of an untied embedding) and the KV cache at
+	// the steps' mean length; per token is per step over B.
+	WeightBytes   int64   `json:"weight_bytes"`
+	KVBytes       int64   `json:"kv_bytes"`
+	MeanKVLen     float64 `json:"mean_kv_len"`
+	BytesPerStep  int64   `json:"bytes_per_step"`
+	BytesPerToken float64 `json:"bytes_per_token"`
+	GBs           float64 `json:"gbs"` // bytes_per_step / decode_ms
+	// The memory roofline, where the device's bandwidth is known.
+	Roofline   float64 `json:"roofline_fraction,omitempty"`
+	PeakGBs    float64 `json:"peak_gbps,omitempty"`
+	PeakSource string  `json:"peak_source,omitempty"`
+	Timer      string  `json:"timer"`
+}
+
+// runBenchGenerate is "parallax bench generate": KV-cache generation from a
+// model directory, the prefill and the decode steps timed apart.
+func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench generate", benchUsage, benchExamples, stdout)
+	dir := fs.String("model", "", "model directory (required)")
+	batch := fs.Int("batch", 1, "sequences decoded together (the batched KV cache; all the same length)")
+	promptLen := fs.Int("prompt-len", 128, "prompt tokens per sequence (random ids)")
+	newTokens := fs.Int("new", 128, "decode steps timed (one token of every sequence each)")
+	device := fs.String("device", "auto", "device ID")
+	dtypeName := fs.String("dtype", "auto", dtypeUsage)
+	seed := fs.Uint64("seed", 1, "seed of the random prompt tokens")
+	peakGB := fs.Float64("peak-gbps", 0, "the device's memory ceiling in GB/s for the roofline fraction (default: what is known of the device)")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	switch {
+	case *dir == "":
+		return usagef("--model is required")
+	case *batch < 1:
+		return usagef("--batch %d must be >= 1", *batch)
+	case *promptLen < 1:
+		return usagef("--prompt-len %d must be >= 1", *promptLen)
+	case *newTokens < 1:
+		return usagef("--new %d must be >= 1", *newTokens)
+	case !(*peakGB >= 0) || !finite(*peakGB):
+		return usagef("--peak-gbps %g: want a positive number (0: what is known of the device)", *peakGB)
+	}
+	dt, err := parseDTypeFlag(*dtypeName)
+	if err != nil {
+		return err
+	}
+	mc, err := readModelConfig(*dir)
+	if err != nil {
+		return err
+	}
+	B, P, N := *batch, *promptLen, *newTokens
+	if P+N > mc.MaxSeq {
+		return usagef("--prompt-len %d + --new %d exceed the model's max_seq %d", P, N, mc.MaxSeq)
+	}
+
+	dev, m, err := openModel(*dir, *device, dt, false)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	defer m.Free()
+	info := dev.Info()
+	kv, err := m.NewKVCache(B, P+N)
+	if err != nil {
+		return fmt.Errorf("bench generate: %w", err)
+	}
+	defer kv.Free()
+
+	V := m.Config.Vocab
+	rng := rand.New(rand.NewPCG(*seed, 0x5eed))
+	prompt := make([]int32, B*P)
+	for i := range prompt {
+		prompt[i] = int32(rng.IntN(V))
+	}
+	greedy, err := model.NewSampler(model.SampleOptions{})
+	if err != nil {
+		return fmt.Errorf("bench generate: %w", err)
+	}
+	next := make([]int32, B)
+	sample := func(logits []float32) {
+		for b := range next {
+			next[b] = int32(greedy.Sample(logits[b*V : (b+1)*V]))
+		}
+	}
+	// Warm-up, untimed: the first prefill and decode steps compile kernels
+	// and allocate the activations of both shapes.
+	logits, err := m.Step(kv, prompt, B, P, true)
+	for i := 0; err == nil && i < min(N, 2); i++ {
+		sample(logits)
+		logits, err = m.Step(kv, next, B, 1, true)
+	}
+	if err != nil {
+		return fmt.Errorf("bench generate: warm-up: %w", err)
+	}
+	kv.Reset()
+
+	start := time.Now()
+	if logits, err = m.Step(kv, prompt, B, P, true); err != nil {
+		return fmt.Errorf("bench generate: prefill: %w", err)
+	}
+	prefill := time.Since(start).Seconds()
+	steps := make([]float64, N)
+	samples := make([]float64, N)
+	for i := range N {
+		start := time.Now()
+		sample(logits)
+		sampled := time.Now()
+		if logits, err = m.Step(kv, next, B, 1, true); err != nil {
+			return fmt.Errorf("bench generate: decode step %d: %w", i+1, err)
+		}
+		// Step returns the logits on the host, so each step has waited for
+		// the device: its wall clock is its whole cost.
+		steps[i] = time.Since(start).Seconds()
+		samples[i] = sampled.Sub(start).Seconds()
+	}
+	dec, smp := median(steps), median(samples)
+	if !(prefill > 0) || !(dec > 0) {
+		return fmt.Errorf("bench generate: prefill %v s, decode step %v s", prefill, dec)
+	}
+
+	c := m.Config
+	meanLen := float64(P) + float64(N+1)/2 // a step attends over the cache with its own token
+	kvBytes := int64(2 * float64(c.Layers*B*c.KVHeads*c.HeadDim*m.DType.Size()) * meanLen)
+	wBytes := decodeWeightBytes(m, B)
+	r := benchGenerateResult{Device: info.ID(), Op: "generate " + c.Attention, Model: *dir, DType: m.DType.String(),
+		Batch: B, PromptLen: P, New: N, Params: c.NumParams(),
+		PrefillMs: prefill * 1e3, PrefillTokensPerS: float64(B*P) / prefill,
+		DecodeMs: dec * 1e3, DecodeTokensPerS: float64(B) / dec, SampleMs: smp * 1e3,
+		WeightBytes: wBytes, KVBytes: kvBytes, MeanKVLen: meanLen, BytesPerStep: wBytes + kvBytes,
+		BytesPerToken: float64(wBytes+kvBytes) / float64(B), Timer: "wall clock"}
+	r.GBs = float64(r.BytesPerStep) / dec / 1e9
+	r.PeakGBs, r.PeakSource = *peakGB, "--peak-gbps"
+	if r.PeakGBs == 0 {
+		r.PeakGBs, r.PeakSource = devicePeakGBs(info)
+	}
+	if r.PeakGBs > 0 {
+		r.Roofline = r.GBs / r.PeakGBs
+	}
+	if *asJSON {
+		return writeJSON(stdout, r)
+	}
+	fmt.Fprintf(stdout, "%s %s, batch %d, prompt %d + %d new, %s on %s (%s): prefill %.4g ms (%.4g tokens/s), decode %.4g ms/step (%.4g tokens/s, sampling %.2g ms), %s read per step, %.4g GB/s",
+		r.Op, r.Model, r.Batch, r.PromptLen, r.New, r.DType, r.Device, info.Name, r.PrefillMs, r.PrefillTokensPerS,
+		r.DecodeMs, r.DecodeTokensPerS, r.SampleMs, formatBytes(r.BytesPerStep), r.GBs)
+	if r.Roofline > 0 {
+		fmt.Fprintf(stdout, ", %.1f%% of the %.4g GB/s memory roofline (%s)", 100*r.Roofline, r.PeakGBs, r.PeakSource)
+	}
+	fmt.Fprintf(stdout, " [%s, median of %d decode steps after a warm-up]\n", r.Timer, N)
+	return nil
+}
+
+// decodeWeightBytes is what a decode step of B sequences reads of the
+// weights: each tensor the forward reads (the compute copy, else the
+// master) once, the padded head included, except an untied embedding, of
+// which only the B looked-up rows are read.
+func decodeWeightBytes(m *model.Model, B int) int64 {
+	var n int64
+	for _, p := range m.Params() {
+		t := p.C
+		if t == nil {
+			t = p.W
+		}
+		if p.Kind == model.Embedding && p != m.HeadWeight() {
+			n += int64(B) * int64(t.Bytes()/t.Dim(0))
+			continue
+		}
+		n += int64(t.Bytes())
+	}
+	return n
+}
+
+// devicePeakGBs is the memory bandwidth a roofline is taken against: the
+// measured H200 ceiling that 'bench decode' uses, else the theoretical
+// figure a backend reports in its "mem_gbs" feature (CUDA does); 0 if
+// neither.
+func devicePeakGBs(info engine.DeviceInfo) (float64, string) {
+	if strings.Contains(info.Name, "H200") {
+		return 4400, "measured H200 ceiling"
+	}
+	if v, err := strconv.ParseFloat(info.Features["mem_gbs"], 64); err == nil && v > 0 && !math.IsInf(v, 0) {
+		return v, "the device's mem_gbs"
+	}
+	return 0, ""
+}

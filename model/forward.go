@@ -42,28 +42,10 @@ func (m *Model) ForwardBackward(tokens, targets []int32, B, T int, lossScale flo
 	if targets == nil {
 		return LossStats{}, errors.New("forward-backward: no targets")
 	}
-	if err := m.checkTokens(tokens, targets, B, T); err != nil {
-		return LossStats{}, err
-	}
-	if T > m.Config.MaxSeq {
-		return LossStats{}, fmt.Errorf("forward: sequence length %d exceeds the model's max_seq %d", T, m.Config.MaxSeq)
-	}
-	a, err := m.activations(B, T, true)
+	a, err := m.runForward(tokens, targets, B, T, true, lossScale)
 	if err != nil {
 		return LossStats{}, err
 	}
-	m.last = nil
-	if err := m.upload(a, tokens, targets, 0); err != nil {
-		return LossStats{}, err
-	}
-	a.lossScale = lossScale
-	a.fuseGrad = true
-	err = m.forward(a, nil, false)
-	a.fuseGrad = false
-	if err != nil {
-		return LossStats{}, fmt.Errorf("forward: %w", err)
-	}
-	m.last = a
 	if err := m.backward(a); err != nil {
 		return LossStats{}, err
 	}
@@ -71,28 +53,42 @@ func (m *Model) ForwardBackward(tokens, targets []int32, B, T int, lossScale flo
 }
 
 func (m *Model) forwardBatch(tokens, targets []int32, B, T int, train bool) (LossStats, error) {
-	if err := m.checkTokens(tokens, targets, B, T); err != nil {
-		return LossStats{}, err
-	}
-	if T > m.Config.MaxSeq {
-		return LossStats{}, fmt.Errorf("forward: sequence length %d exceeds the model's max_seq %d", T, m.Config.MaxSeq)
-	}
-	a, err := m.activations(B, T, train)
+	a, err := m.runForward(tokens, targets, B, T, train, 0)
 	if err != nil {
 		return LossStats{}, err
 	}
-	m.last = nil
-	if err := m.upload(a, tokens, targets, 0); err != nil {
-		return LossStats{}, err
-	}
-	if err := m.forward(a, nil, false); err != nil {
-		return LossStats{}, fmt.Errorf("forward: %w", err)
-	}
-	m.last = a
 	if !a.haveLoss {
 		return LossStats{}, m.Dev.Sync()
 	}
 	return m.lossStats(a)
+}
+
+// runForward checks and uploads a batch and enqueues the forward over it;
+// with fuseScale > 0 (ForwardBackward) its cross entropy also writes
+// dLogits of fuseScale * mean loss.
+func (m *Model) runForward(tokens, targets []int32, B, T int, train bool, fuseScale float32) (*Activations, error) {
+	if err := m.checkTokens(tokens, targets, B, T); err != nil {
+		return nil, err
+	}
+	if T > m.Config.MaxSeq {
+		return nil, fmt.Errorf("forward: sequence length %d exceeds the model's max_seq %d", T, m.Config.MaxSeq)
+	}
+	a, err := m.activations(B, T, train)
+	if err != nil {
+		return nil, err
+	}
+	m.last = nil
+	if err := m.upload(a, tokens, targets, 0); err != nil {
+		return nil, err
+	}
+	a.lossScale, a.fuseGrad = fuseScale, fuseScale != 0
+	err = m.forward(a, nil, false)
+	a.fuseGrad = false
+	if err != nil {
+		return nil, fmt.Errorf("forward: %w", err)
+	}
+	m.last = a
+	return a, nil
 }
 
 // checkTokens validates a batch on the host, so a bad id is reported as the

@@ -23,7 +23,7 @@
 //     package before touching memory, so every backend reports the same error
 //     for the same mistake.
 //
-// The attention family follows spec/parallax-math.md: softmax attention,
+// The attention family follows docs/MATH.md: softmax attention,
 // Parallax (softmax attention with a learned covariance correction,
 // o = o_SA - Sigma_KV r), decode over a KV cache, exact local linear attention
 // (LLA) and the uniform-weight linear attentions.

@@ -2,8 +2,8 @@ package engine
 
 import "fmt"
 
-// Newton-Schulz quintic coefficients of the reference Muon (spec/training.md
-// section 2.3): phi(x) = a x + b x^3 + c x^5 on the singular values.
+// Newton-Schulz quintic coefficients of the reference Muon (docs/MATH.md section
+// 10): phi(x) = a x + b x^3 + c x^5 on the singular values.
 const (
 	NSA = 3.4445
 	NSB = -4.7750

@@ -24,7 +24,7 @@ const (
 	RInitZero  = "zero"   // exactly zero: outputs equal the softmax model's
 )
 
-// Config is the shape of a Parallax-Qwen3 model (spec/model.md). Its JSON form
+// Config is the shape of a Parallax-Qwen3 model (docs/MATH.md section 9). Its JSON form
 // is a Hugging Face Qwen3 config.json plus our "attention" and "r_init" keys.
 type Config struct {
 	Vocab          int     // vocabulary size V
@@ -50,7 +50,7 @@ type Config struct {
 	EOS []int
 }
 
-// presets are the named configurations of spec/model.md. Vocabularies marked
+// presets are the named configurations of docs/MATH.md section 9. Vocabularies marked
 // "corpus BPE" or "task" in the spec get a default the caller overrides once
 // the tokenizer (or MAD task) is known.
 var presets = map[string]Config{

@@ -47,7 +47,7 @@ func TestPresets(t *testing.T) {
 	if _, err := PresetConfig("huge"); err == nil || !strings.Contains(err.Error(), "qwen3-0.6b") {
 		t.Errorf("unknown preset: %v", err)
 	}
-	// Parameter counts of the Qwen3 models (spec/training.md 4.1): 596.0M and
+	// Parameter counts of the Qwen3 models (docs/MATH.md section 9): 596.0M and
 	// 1.720B for the softmax models.
 	for name, n := range map[string]int64{"qwen3-0.6b": 596_049_920, "qwen3-1.7b": 1_720_574_976} {
 		c, _ := PresetConfig(name)

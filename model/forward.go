@@ -215,7 +215,7 @@ func (m *Model) allocLast(a *Activations) error {
 	return nil
 }
 
-// blockForward is one pre-norm block (spec/model.md):
+// blockForward is one pre-norm block (docs/MATH.md section 9):
 //
 //	h = RMSNorm(x); q, k, v, r = W h; q, k, r = RoPE(headnorm(.))
 //	mid = x + W_O Attention(q, k, v, r)
@@ -385,7 +385,7 @@ func (m *Model) SequenceLogits(tokens []int) ([]float32, error) {
 }
 
 // CORs returns each layer's correction-to-output ratio, mean over tokens and
-// heads of ||Sigma_KV r|| / ||o_SA|| (spec/parallax-math.md section 7), from
+// heads of ||Sigma_KV r|| / ||o_SA|| (docs/MATH.md section 7), from
 // the last training Forward of a Parallax model.
 func (m *Model) CORs() ([]float64, error) {
 	a := m.last

@@ -1,4 +1,4 @@
-// Package model is the Parallax-Qwen3 decoder of spec/model.md: its
+// Package model is the Parallax-Qwen3 decoder of docs/MATH.md section 9: its
 // configuration and presets, its parameters (named like Hugging Face Qwen3's
 // tensors), the forward pass and its explicit backward pass over buffers
 // allocated once, KV-cache generation with host-side sampling, and

@@ -8,7 +8,7 @@ import (
 )
 
 // refModel is a compact float64 reimplementation of the whole model,
-// written straight from spec/model.md and spec/parallax-math.md section 2
+// written straight from docs/MATH.md sections 9 and 2
 // (the direct form o_i = sum_j p_ij (1 + tbar_i - t_ij) v_j), sharing no code
 // with the engine path. The engine's forward is compared with it, and the
 // engine's gradients with its central finite differences.

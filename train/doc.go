@@ -1,6 +1,6 @@
 // Package train trains Parallax-Qwen3 models: the optimizers (Muon for the
-// hidden matrices, AdamW for the rest, or AdamW alone; spec/training.md
-// sections 2 and 3), learning-rate schedules (WSD, cosine), gradient
+// hidden matrices, AdamW for the rest, or AdamW alone; docs/MATH.md section
+// 10), learning-rate schedules (WSD, cosine), gradient
 // clipping and accumulation, the training loop with evaluation, checkpoints
 // that resume bit for bit, and reporting (a progress bar, metrics.jsonl and a
 // PNG of the curves).

@@ -15,7 +15,7 @@ const (
 	OptAdamW = "adamw" // AdamW for every parameter
 )
 
-// Muon shape-scaling rules (spec/training.md section 2.4).
+// Muon shape-scaling rules (docs/MATH.md section 10).
 const (
 	ScaleKeller    = "keller"    // sqrt(max(1, rows/cols))
 	ScaleMoonlight = "moonlight" // 0.2 sqrt(max(rows, cols)): AdamW-like update RMS

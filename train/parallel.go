@@ -33,7 +33,7 @@ import (
 //     final, so communication overlaps the rest of the backward pass
 //     (NCCL: on a second stream; TCP: the exchange on a goroutine);
 //     ReduceGrads starts what is left and waits for all of it.
-//   - Distributed Muon (spec/training.md section 2.8): the Muon matrices
+//   - Distributed Muon (docs/MATH.md section 10): the Muon matrices
 //     are sorted by size and dealt round-robin to the ranks. A matrix's
 //     gradient is reduced onto its owner only, which alone keeps its
 //     momentum and runs Newton-Schulz; the owners then broadcast the updated

@@ -39,7 +39,7 @@ func (o refOpts) visible(d attnDims, i int) (lo, hi int) {
 }
 
 // refAttention is a naive float64 implementation of every mechanism, written
-// straight from the definitions in spec/parallax-math.md. It returns the
+// straight from the definitions in docs/MATH.md. It returns the
 // output o and, where the mechanism has them, lse, vbar, tbar (parallax,
 // softmax) and rho_star, eta (lla).
 func refAttention(d attnDims, o refOpts, in map[string][]float64) map[string][]float64 {

@@ -898,7 +898,7 @@ func newtonSchulzCases(o Options, dt engine.DType) []Case {
 				return c.result()
 			}})
 	}
-	// Muon's promise (spec/training.md 2.3): a matrix with well-separated
+	// Muon's promise (docs/MATH.md section 10): a matrix with well-separated
 	// singular values (a 2:1 Gaussian one: sigma/||G||_F >= ~0.04) comes out
 	// with singular values in [0.68, 1.21]. The metric is the distance
 	// outside that interval; 16-bit storage rounds every intermediate and is

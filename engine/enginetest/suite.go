@@ -194,7 +194,7 @@ func RelErr(got, want []float64) float64 {
 // dtype dt by a computation of the given depth (the number of accumulated
 // terms or chained roundings that dominate its error; 1 for elementwise ops).
 // f32 allows sqrt(depth) growth of the unit roundoff with a safety factor;
-// bf16 and f16 follow spec/parallax-math.md section 8 (outputs and gradients
+// bf16 and f16 follow docs/MATH.md section 8 (outputs and gradients
 // within 1e-2 relative for bf16).
 func Tol(dt engine.DType, depth int) float64 {
 	switch dt {

@@ -4,7 +4,7 @@ import "math"
 
 // The attention family in its most direct form: every row materialises its
 // probabilities over all visible keys, and every formula is written as in
-// spec/parallax-math.md, with no streaming and no shared code with the
+// docs/MATH.md, with no streaming and no shared code with the
 // backends. Layouts: q and r [B, Hq, Lq, D], k and v [B, Hkv, Lk, D].
 
 func (d Dims) qRow(x []float64, b, h, i int) []float64 {

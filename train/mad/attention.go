@@ -28,7 +28,7 @@ func init() {
 // with base RopeTheta on the whole head, every projection with a bias) and,
 // with parallax, its Parallax version: a probe projection W_R (with bias,
 // initialised like W_Q) whose output is RoPE'd with the query positions and
-// enters the engine's Attention op as R (spec/parallax-math.md 2-3):
+// enters the engine's Attention op as R (docs/MATH.md sections 2-3):
 //
 //	q, k, v, r = x W^T + b;  q, k, r = RoPE(.)
 //	o = Attention(q, k, v, r);  y = o W_O^T + b_O

@@ -1,5 +1,5 @@
 // Package mad is the MAD synthetic benchmark (Poli et al. 2024, "Mechanistic
-// Design and Scaling of Hybrid Architectures"; spec/mad.md): its six tasks
+// Design and Scaling of Hybrid Architectures"; docs/MAD.md): its six tasks
 // (in-context recall, fuzzy in-context recall, noisy in-context recall,
 // selective copying, compression, memorization) with the 66-setting
 // difficulty sweep, the MAD models (a 4-layer language-model backbone and the

@@ -33,7 +33,7 @@ func (d *Dataset) add(inputs, targets []int32) {
 // from numpy's global generator (seeded separately with the same seed), and
 // the memorization fact table from a third generator of its own. We keep
 // that structure with PCG streams, so the data are reproducible from the
-// seed but are not the reference's bits (spec/mad.md section 2).
+// seed but are not the reference's bits (docs/MAD.md, "How ours differs from the reference").
 const (
 	streamData   = 0x6d61642d64617461 // "mad-data"
 	streamBlanks = 0x6d61642d626c6e6b // "mad-blnk"
@@ -111,7 +111,7 @@ func (g *generator) example(train bool) (inputs, targets []int32) {
 	panic("mad: unknown task " + g.s.Task)
 }
 
-// recall is (noisy) multi-query in-context recall (spec/mad.md 1.3.1-2).
+// recall is (noisy) multi-query in-context recall (docs/MAD.md).
 // With N = Vocab - NoiseVocab: keys are 0..N/2-1, values N/2..N-1, noise
 // N..Vocab-1. SeqLen/2 two-token slots: all but the last are a key-value
 // pair (or, with probability FracNoise and never in one protected slot,
@@ -195,7 +195,7 @@ func motifKey(m []int32) string {
 	return string(b)
 }
 
-// fuzzy is multi-query fuzzy in-context recall (spec/mad.md 1.3.3): keys
+// fuzzy is multi-query fuzzy in-context recall (docs/MAD.md): keys
 // and values are motifs of 1..KMotif and 1..VMotif distinct tokens (test
 // keys always KMotif long); a probe pair is planted at a random offset and
 // repeated at the end; the sequence is left-padded with the pad token
@@ -290,7 +290,7 @@ func (g *generator) fuzzy(train bool) (inputs, targets []int32) {
 	return full[:s.SeqLen], fullTest[1:]
 }
 
-// selectiveCopy is selective copying (spec/mad.md 1.3.4): CopyTokens
+// selectiveCopy is selective copying (docs/MAD.md): CopyTokens
 // content tokens from 0..Vocab-3 with SeqLen-2*CopyTokens-1 blanks (Vocab-2)
 // inserted before uniformly chosen content tokens, then the copy token
 // (Vocab-1) and CopyTokens blanks, at which the content is to be emitted in
@@ -330,7 +330,7 @@ func (g *generator) selectiveCopy() (inputs, targets []int32) {
 	return inputs, targets
 }
 
-// compression is the compression task (spec/mad.md 1.3.5): SeqLen-1 content
+// compression is the compression task (docs/MAD.md): SeqLen-1 content
 // tokens from 0..Vocab-2, then the compression token Vocab-1; the target is
 // the input itself at every position.
 func (g *generator) compression() (inputs, targets []int32) {
@@ -343,7 +343,7 @@ func (g *generator) compression() (inputs, targets []int32) {
 	return inputs, append([]int32(nil), inputs...)
 }
 
-// memorization is the memorization task (spec/mad.md 1.3.6): SeqLen/2
+// memorization is the memorization task (docs/MAD.md): SeqLen/2
 // slots [key, insert] with targets [ignore, value], keys drawn uniformly
 // from the fixed fact table.
 func (g *generator) memorization() (inputs, targets []int32) {

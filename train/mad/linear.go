@@ -7,7 +7,7 @@ import (
 
 // linearMixer is linear attention (affine false) or affine linear
 // attention (affine true), the uniform-weight branch of the Parallax
-// family (spec/parallax-math.md 6), with bias-free projections as in MAD's
+// family (docs/MATH.md section 6), with bias-free projections as in MAD's
 // linear-attention layers:
 //
 //	linear:  o_i = sum_{j<=i} (q_i.k_j) v_j,  y = RMSNorm_head(o) W_O^T

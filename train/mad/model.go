@@ -9,7 +9,7 @@ import (
 	"github.com/parallax-engine/parallax/model"
 )
 
-// ModelConfig describes a MAD model (spec/mad.md section 6).
+// ModelConfig describes a MAD model (docs/MAD.md, "The models").
 type ModelConfig struct {
 	Vocab   int    `json:"vocab"`
 	Dim     int    `json:"dim"`      // width of every layer (128)
@@ -404,7 +404,7 @@ func (m *Model) Backward() error {
 	return r.err
 }
 
-// decoder is the compression auto-encoder's head (spec/mad.md section 6):
+// decoder is the compression auto-encoder's head (docs/MAD.md, "The models"):
 // the encoder's hidden state at the last position (the compression token)
 // plus a fixed sinusoidal embedding of the target position, then
 // RMSNorm -> Linear -> GELU -> RMSNorm -> Linear -> GELU. The engine has no

@@ -214,7 +214,7 @@ func TestPaddingIsInvisible(t *testing.T) {
 }
 
 // TestModelShape: the default MAD model has the reference's parameter
-// count (spec/mad.md section 6: about 403k without embedding and head for
+// count (docs/MAD.md, "The models": about 403k without embedding and head for
 // attention + SwiGLU).
 func TestModelShape(t *testing.T) {
 	for _, c := range []struct {

@@ -66,7 +66,7 @@ func ParseTask(s string) (string, error) {
 const DefaultSeed = 12345
 
 // Setting is one task instance: the task and its difficulty knobs
-// (spec/mad.md sections 3 and 4). Vocab counts every token id, special and
+// (docs/MAD.md). Vocab counts every token id, special and
 // noise tokens included.
 type Setting struct {
 	Task          string  `json:"task"`

@@ -175,14 +175,11 @@ func (d *Device) SumSquaresMany(out *engine.Tensor, xs []*engine.Tensor, accumul
 			return err
 		}
 	}
-	acc, err := d.scratch(8)
+	acc, err := d.zeroedScratch(8)
 	if err != nil {
 		return err
 	}
 	defer d.alloc.put(acc)
-	if err := d.zero(acc.ptr, 8); err != nil {
-		return err
-	}
 	if err := d.mtLaunch("mt_sumsq", ops, func(a *args) { a.p(acc.ptr) }, nil); err != nil {
 		return err
 	}

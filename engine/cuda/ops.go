@@ -367,15 +367,25 @@ func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o e
 			i(int(o.IgnoreIndex)).f(o.GradScale).p(d.errBuf.ptr))
 }
 
-// sumSquares enqueues per-matrix sums of squares (double) of x viewed as
-// batch matrices of per elements into a new zeroed scratch.
-func (d *Device) sumSquares(x *engine.Tensor, batch, per int64) (*buffer, error) {
-	acc, err := d.scratch(batch * 8)
+// zeroedScratch is scratch(n) set to zero (the double accumulators of the
+// reductions); the caller puts it back.
+func (d *Device) zeroedScratch(n int64) (*buffer, error) {
+	b, err := d.scratch(n)
 	if err != nil {
 		return nil, err
 	}
-	if err := d.zero(acc.ptr, batch*8); err != nil {
-		d.alloc.put(acc)
+	if err := d.zero(b.ptr, n); err != nil {
+		d.alloc.put(b)
+		return nil, err
+	}
+	return b, nil
+}
+
+// sumSquares enqueues per-matrix sums of squares (double) of x viewed as
+// batch matrices of per elements into a new zeroed scratch.
+func (d *Device) sumSquares(x *engine.Tensor, batch, per int64) (*buffer, error) {
+	acc, err := d.zeroedScratch(batch * 8)
+	if err != nil {
 		return nil, err
 	}
 	g := grid1(per)
@@ -487,14 +497,11 @@ func (d *Device) CorrectionRatio(out, o, vbar *engine.Tensor) error {
 	if err := d.own("correction ratio", out, o, vbar); err != nil {
 		return err
 	}
-	acc, err := d.scratch(8)
+	acc, err := d.zeroedScratch(8)
 	if err != nil {
 		return err
 	}
 	defer d.alloc.put(acc)
-	if err := d.zero(acc.ptr, 8); err != nil {
-		return err
-	}
 	if rows > 0 {
 		if err := d.launch(ew, "cor_rows", [3]int{max(1, min((rows+7)/8, 4096)), 1, 1}, threads256, 0,
 			newArgs().p(acc.ptr).p(ptr(o)).i(dt(o)).p(ptr(vbar)).i(dt(vbar)).l(int64(rows)).i(dim)); err != nil {

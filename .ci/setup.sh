@@ -85,9 +85,20 @@ need_header X11/extensions/XInput2.h libxi-dev
 need_header X11/extensions/xf86vmode.h libxxf86vm-dev
 need_header GL/gl.h libgl-dev
 need_cmd Xvfb xvfb
+# parallax chat's terminal test drives it in tmux (it skips without).
+need_cmd tmux tmux || say "without it the chat terminal test is skipped"
 need_cmd xauth xauth
 
 # NVRTC 12 for the CUDA kernels' compile test (sm_80 and the Hopper sm_90a
 # kernels; no GPU needed), as files in .ci/cache/nvrtc: `make test` points
 # the test at them and then requires them (PARALLAX_REQUIRE_NVRTC=1).
 bash .ci/fetch-nvrtc.sh .ci/cache/nvrtc || say "no NVRTC 12: the CUDA kernels' compile test will skip"
+
+# The official OpenAI client (the openai npm package) for the test of
+# `parallax serve` (cmd/parallax), cached in .ci/cache/npm; without Node
+# the test skips.
+if command -v npm >/dev/null 2>&1 && [[ ! -f .ci/cache/npm/node_modules/openai/package.json ]]; then
+	mkdir -p .ci/cache/npm
+	npm install --prefix .ci/cache/npm --no-audit --no-fund --silent openai@4 >/dev/null 2>&1 ||
+		say "no openai npm package: the OpenAI client test will skip"
+fi

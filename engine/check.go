@@ -58,6 +58,48 @@ func needShape(op, name string, t *Tensor, want Shape) error {
 	return nil
 }
 
+// needOf checks that operand name is present, of shape want and of dtype
+// dt, or of any floating dtype when dt is 0.
+func needOf(op, name string, t *Tensor, dt DType, want Shape) error {
+	if t == nil {
+		return argErr(op, name, "missing (want %v)", want)
+	}
+	var err error
+	if dt == 0 {
+		err = needFloat(op, name, t)
+	} else {
+		err = needDType(op, name, t, dt)
+	}
+	if err != nil {
+		return err
+	}
+	return needShape(op, name, t, want)
+}
+
+// operand is one row of an op's operand table: the tensor, its name in
+// errors, the shape it must have and its dtype (0: any floating dtype).
+// An optional operand may be nil.
+type operand struct {
+	name     string
+	t        *Tensor
+	want     Shape
+	dt       DType
+	optional bool
+}
+
+// needOperands checks each operand of the table in order (needOf).
+func needOperands(op string, xs ...operand) error {
+	for _, x := range xs {
+		if x.optional && x.t == nil {
+			continue
+		}
+		if err := needOf(op, x.name, x.t, x.dt, x.want); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func needFloats(op string, names []string, ts ...*Tensor) error {
 	for i, t := range ts {
 		if t == nil {
@@ -212,6 +254,7 @@ func RoPEFrequencies(theta float32, d int) []float64 {
 }
 
 // CheckRoPE validates RoPE (and RoPEBackward) and returns (B, H, L, D).
+// pos is I32 [L] (shared by every sequence) or [B, L] (per sequence).
 func CheckRoPE(out, x, pos *Tensor) (b, h, l, d int, err error) {
 	const op = "rope"
 	if err = need(op, "x", x, 4, "[B,H,L,D]"); err != nil {
@@ -227,13 +270,11 @@ func CheckRoPE(out, x, pos *Tensor) (b, h, l, d int, err error) {
 	if err = needShape(op, "out", out, x.shape); err != nil {
 		return
 	}
-	if err = need(op, "pos", pos, 1, "I32 [L]"); err != nil {
-		return
+	want := Shape{l}
+	if pos != nil && pos.Rank() == 2 {
+		want = Shape{b, l} // one position vector per sequence
 	}
-	if err = needDType(op, "pos", pos, I32); err != nil {
-		return
-	}
-	err = needShape(op, "pos", pos, Shape{l})
+	err = needOf(op, "pos", pos, I32, want)
 	return
 }
 
@@ -279,6 +320,19 @@ func CheckSwapAxes12(dst, src *Tensor) ([4]int, error) {
 		return d, argErr(op, "dst", "dtype %v differs from src %v", dst, src)
 	}
 	return d, needShape(op, "dst", dst, Shape{d[0], d[2], d[1], d[3]})
+}
+
+// CheckKVAppendAt validates KVAppendAt's shapes and returns (B, H, n, Cap,
+// D); the starts' values are checked by the op.
+func CheckKVAppendAt(cache, x, starts *Tensor) (b, h, n, capacity, d int, err error) {
+	if b, h, n, capacity, d, err = CheckKVAppend(cache, x, 0); err != nil {
+		return
+	}
+	const op = "kv append at"
+	if starts == nil || starts.dtype != I32 || !starts.shape.Equal(Shape{b}) {
+		err = argErr(op, "starts", "want I32 [%d] (one start per sequence), got %v", b, starts)
+	}
+	return
 }
 
 // CheckKVAppend validates KVAppend and returns (B, H, n, Cap, D).
@@ -330,30 +384,9 @@ func CheckCrossEntropy(loss, dLogits, logits, targets *Tensor, o CrossEntropyOpt
 		return
 	}
 	classes = o.ClassCount(w)
-	if err = need(op, "targets", targets, 1, "I32 [N]"); err != nil {
-		return
-	}
-	if err = needDType(op, "targets", targets, I32); err != nil {
-		return
-	}
-	if err = needShape(op, "targets", targets, Shape{n}); err != nil {
-		return
-	}
-	if err = need(op, "loss", loss, 1, "F32 [N]"); err != nil {
-		return
-	}
-	if err = needDType(op, "loss", loss, F32); err != nil {
-		return
-	}
-	if err = needShape(op, "loss", loss, Shape{n}); err != nil {
-		return
-	}
-	if dLogits != nil {
-		if err = needFloat(op, "dLogits", dLogits); err != nil {
-			return
-		}
-		err = needShape(op, "dLogits", dLogits, logits.shape)
-	}
+	err = needOperands(op, operand{name: "targets", t: targets, want: Shape{n}, dt: I32},
+		operand{name: "loss", t: loss, want: Shape{n}, dt: F32},
+		operand{name: "dLogits", t: dLogits, want: logits.shape, optional: true})
 	return
 }
 
@@ -429,11 +462,10 @@ func checkQKV(op string, q, k, v *Tensor, o AttentionOpts) (AttnDims, error) {
 	return d, nil
 }
 
-func checkRowStat(op, name string, t *Tensor, d AttnDims) error {
-	if err := needDType(op, name, t, F32); err != nil {
-		return err
-	}
-	return needShape(op, name, t, Shape{d.B, d.Hq, d.Lq})
+// rowStat is a per-row statistic's operand (lse, tbar, eta): F32
+// [B, Hq, Lq].
+func rowStat(name string, t *Tensor, d AttnDims) operand {
+	return operand{name: name, t: t, want: Shape{d.B, d.Hq, d.Lq}, dt: F32, optional: true}
 }
 
 // CheckAttention validates Attention.
@@ -444,45 +476,14 @@ func CheckAttention(a AttentionArgs) (AttnDims, error) {
 		return d, err
 	}
 	qs := a.Q.shape
-	if a.R != nil {
-		if err := needFloat(op, "r", a.R); err != nil {
-			return d, err
-		}
-		if err := needShape(op, "r", a.R, qs); err != nil {
-			return d, err
-		}
-	}
-	if err := need(op, "o", a.O, 4, "[B,Hq,Lq,D]"); err != nil {
+	if err := needOperands(op, operand{name: "r", t: a.R, want: qs, optional: true}, operand{name: "o", t: a.O, want: qs},
+		rowStat("lse", a.LSE, d)); err != nil {
 		return d, err
-	}
-	if err := needFloat(op, "o", a.O); err != nil {
-		return d, err
-	}
-	if err := needShape(op, "o", a.O, qs); err != nil {
-		return d, err
-	}
-	if a.LSE != nil {
-		if err := checkRowStat(op, "lse", a.LSE, d); err != nil {
-			return d, err
-		}
 	}
 	if a.R == nil && (a.Vbar != nil || a.Tbar != nil) {
 		return d, argErr(op, "", "vbar/tbar are Parallax statistics; softmax attention (no r) has none")
 	}
-	if a.Vbar != nil {
-		if err := needFloat(op, "vbar", a.Vbar); err != nil {
-			return d, err
-		}
-		if err := needShape(op, "vbar", a.Vbar, qs); err != nil {
-			return d, err
-		}
-	}
-	if a.Tbar != nil {
-		if err := checkRowStat(op, "tbar", a.Tbar, d); err != nil {
-			return d, err
-		}
-	}
-	return d, nil
+	return d, needOperands(op, operand{name: "vbar", t: a.Vbar, want: qs, optional: true}, rowStat("tbar", a.Tbar, d))
 }
 
 // CheckAttentionBackward validates AttentionBackward.
@@ -499,33 +500,14 @@ func CheckAttentionBackward(a AttentionBackwardArgs) (AttnDims, error) {
 	if a.R != nil && (a.Vbar == nil || a.Tbar == nil) {
 		return d, argErr(op, "", "Parallax backward needs the forward's saved vbar and tbar")
 	}
-	for _, x := range []struct {
-		n string
-		t *Tensor
-		s Shape
-	}{{"dO", a.DO, a.Q.shape}, {"dQ", a.DQ, a.Q.shape}, {"dK", a.DK, a.K.shape}, {"dV", a.DV, a.V.shape}} {
-		if err := need(op, x.n, x.t, 4, x.s.String()); err != nil {
-			return d, err
-		}
-		if err := needFloat(op, x.n, x.t); err != nil {
-			return d, err
-		}
-		if err := needShape(op, x.n, x.t, x.s); err != nil {
-			return d, err
-		}
+	if err := needOperands(op, operand{name: "dO", t: a.DO, want: a.Q.shape}, operand{name: "dQ", t: a.DQ, want: a.Q.shape},
+		operand{name: "dK", t: a.DK, want: a.K.shape}, operand{name: "dV", t: a.DV, want: a.V.shape}); err != nil {
+		return d, err
 	}
 	if (a.R == nil) != (a.DR == nil) {
 		return d, argErr(op, "dR", "must be given exactly when r is (Parallax), nil for softmax attention")
 	}
-	if a.DR != nil {
-		if err := needFloat(op, "dR", a.DR); err != nil {
-			return d, err
-		}
-		if err := needShape(op, "dR", a.DR, a.Q.shape); err != nil {
-			return d, err
-		}
-	}
-	return d, nil
+	return d, needOperands(op, operand{name: "dR", t: a.DR, want: a.Q.shape, optional: true})
 }
 
 // DecodeDims are the validated sizes of DecodeAttention.
@@ -548,30 +530,8 @@ func CheckDecode(a DecodeArgs) (DecodeDims, error) {
 	if d.Lq > d.Lk {
 		return dd, argErr(op, "", "Lq %d exceeds the cache capacity %d", d.Lq, d.Lk)
 	}
-	if a.R != nil {
-		if err := needFloat(op, "r", a.R); err != nil {
-			return dd, err
-		}
-		if err := needShape(op, "r", a.R, a.Q.shape); err != nil {
-			return dd, err
-		}
-	}
-	if err := need(op, "o", a.O, 4, "[B,Hq,Lq,D]"); err != nil {
-		return dd, err
-	}
-	if err := needFloat(op, "o", a.O); err != nil {
-		return dd, err
-	}
-	if err := needShape(op, "o", a.O, a.Q.shape); err != nil {
-		return dd, err
-	}
-	if err := need(op, "lens", a.Lens, 1, "I32 [B]"); err != nil {
-		return dd, err
-	}
-	if err := needDType(op, "lens", a.Lens, I32); err != nil {
-		return dd, err
-	}
-	if err := needShape(op, "lens", a.Lens, Shape{d.B}); err != nil {
+	if err := needOperands(op, operand{name: "r", t: a.R, want: a.Q.shape, optional: true},
+		operand{name: "o", t: a.O, want: a.Q.shape}, operand{name: "lens", t: a.Lens, want: Shape{d.B}, dt: I32}); err != nil {
 		return dd, err
 	}
 	if a.Window < 0 || a.Splits < 0 {
@@ -614,20 +574,7 @@ func CheckLLA(a LLAArgs) (AttnDims, error) {
 	if a.Solver != SolveCG && a.Solver != SolveDirect {
 		return d, argErr(op, "", "unknown solver %d", a.Solver)
 	}
-	if a.RhoStar != nil {
-		if err := needFloat(op, "rhoStar", a.RhoStar); err != nil {
-			return d, err
-		}
-		if err := needShape(op, "rhoStar", a.RhoStar, a.Q.shape); err != nil {
-			return d, err
-		}
-	}
-	if a.Eta != nil {
-		if err := checkRowStat(op, "eta", a.Eta, d); err != nil {
-			return d, err
-		}
-	}
-	return d, nil
+	return d, needOperands(op, operand{name: "rhoStar", t: a.RhoStar, want: a.Q.shape, optional: true}, rowStat("eta", a.Eta, d))
 }
 
 // CheckLinearAttention validates LinearAttention.
@@ -637,13 +584,7 @@ func CheckLinearAttention(a LinearAttentionArgs) (AttnDims, error) {
 	if err != nil {
 		return d, err
 	}
-	if err := need(op, "o", a.O, 4, "[B,Hq,Lq,D]"); err != nil {
-		return d, err
-	}
-	if err := needFloat(op, "o", a.O); err != nil {
-		return d, err
-	}
-	return d, needShape(op, "o", a.O, a.R.shape)
+	return d, needOf(op, "o", a.O, 0, a.R.shape)
 }
 
 // CheckLinearAttentionBackward validates LinearAttentionBackward.
@@ -653,22 +594,8 @@ func CheckLinearAttentionBackward(a LinearAttentionBackwardArgs) (AttnDims, erro
 	if err != nil {
 		return d, err
 	}
-	for _, x := range []struct {
-		n string
-		t *Tensor
-		s Shape
-	}{{"dO", a.DO, a.R.shape}, {"dR", a.DR, a.R.shape}, {"dK", a.DK, a.K.shape}, {"dV", a.DV, a.V.shape}} {
-		if err := need(op, x.n, x.t, 4, x.s.String()); err != nil {
-			return d, err
-		}
-		if err := needFloat(op, x.n, x.t); err != nil {
-			return d, err
-		}
-		if err := needShape(op, x.n, x.t, x.s); err != nil {
-			return d, err
-		}
-	}
-	return d, nil
+	return d, needOperands(op, operand{name: "dO", t: a.DO, want: a.R.shape}, operand{name: "dR", t: a.DR, want: a.R.shape},
+		operand{name: "dK", t: a.DK, want: a.K.shape}, operand{name: "dV", t: a.DV, want: a.V.shape})
 }
 
 // CheckCorrectionRatio validates CorrectionRatio and returns (rows, D).
@@ -691,13 +618,7 @@ func CheckCorrectionRatio(out, o, vbar *Tensor) (rows, d int, err error) {
 }
 
 func checkScalarOut(op string, out *Tensor) error {
-	if err := need(op, "out", out, 1, "F32 [1]"); err != nil {
-		return err
-	}
-	if err := needDType(op, "out", out, F32); err != nil {
-		return err
-	}
-	return needShape(op, "out", out, Shape{1})
+	return needOf(op, "out", out, F32, Shape{1})
 }
 
 // CheckSumSquares validates SumSquares and returns the element count.
@@ -706,10 +627,7 @@ func CheckSumSquares(out, x *Tensor) (int, error) {
 	if err := checkScalarOut(op, out); err != nil {
 		return 0, err
 	}
-	if x == nil {
-		return 0, argErr(op, "x", "missing")
-	}
-	if err := needFloat(op, "x", x); err != nil {
+	if err := needFloats(op, []string{"x"}, x); err != nil {
 		return 0, err
 	}
 	return x.Numel(), nil

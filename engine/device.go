@@ -3,10 +3,12 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Kind classifies a device for "auto" selection and for reports.
@@ -47,6 +49,11 @@ type DeviceInfo struct {
 	Memory   int64             // bytes of device memory (0 if unknown)
 	DTypes   []DType           // floating dtypes the device computes in
 	Features map[string]string // backend-specific features worth reporting
+	// Kernels names, by op family ("attention forward", "decode", ...),
+	// the kernels the device runs under its options: what the backend's
+	// environment overrides (docs/ENGINE.md, "Options and overrides")
+	// select at Open.
+	Kernels map[string]string
 }
 
 // ID is the string Open accepts for this device ("vulkan:0").
@@ -73,6 +80,84 @@ type Device interface {
 	Sync() error
 	// Close releases the device; its tensors become invalid.
 	Close() error
+}
+
+// The optional capabilities a Device may offer besides Ops. Callers find
+// them with a type assertion (dev.(engine.Timer)); every backend asserts
+// at compile time the ones it implements. The others declared elsewhere in
+// this package: MultiTensorOps, Profiler, MemoryReporter, GraphRecorder.
+
+// Timer is implemented by devices that time enqueued work on the device
+// itself (Vulkan timestamp queries, CUDA events), which excludes the
+// host's submission and waiting from the measurement.
+type Timer interface {
+	// Timed runs fn, which enqueues ops on the device, between two device
+	// timestamps and returns the device time between them. It waits for
+	// everything enqueued before and by fn, and reports an error fn's ops
+	// raised.
+	Timed(fn func() error) (time.Duration, error)
+}
+
+// Collectives is implemented by devices that run collectives between
+// processes themselves (CUDA through NCCL), on their own queue and
+// without a copy to the host. train/dist uses it when every rank's device
+// offers it and falls back to TCP otherwise.
+type Collectives interface {
+	// CommAvailable reports why the device cannot run collectives here (a
+	// missing library, say), or nil.
+	CommAvailable() error
+	// CommID returns a new unique id for a communicator; rank 0 makes it
+	// and hands it to the other ranks.
+	CommID() ([]byte, error)
+	// OpenComm joins communicator id as rank of nranks (every rank calls
+	// it with the same id). The result is the backend's communicator,
+	// which train/dist drives; Close releases it.
+	OpenComm(id []byte, rank, nranks int) (io.Closer, error)
+}
+
+// Env reads a backend's option overrides (docs/ENGINE.md, "Options and
+// overrides") through Get (os.Getenv in a program). An unset or empty
+// variable reads as the zero value; the first malformed one is kept in
+// Err, so a parser reads every variable and reports once.
+type Env struct {
+	Get func(string) string
+	Err error
+}
+
+func (e *Env) fail(name, v, want string) {
+	if e.Err == nil {
+		e.Err = fmt.Errorf("%s=%q: want %s", name, v, want)
+	}
+}
+
+// String returns the variable's value, trimmed.
+func (e *Env) String(name string) string { return strings.TrimSpace(e.Get(name)) }
+
+// Int returns the variable's value as an integer (0 when unset).
+func (e *Env) Int(name string) int {
+	v := e.String(name)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		e.fail(name, v, "an integer")
+	}
+	return n
+}
+
+// Switch reports whether the variable is set to on; unset or off reads as
+// false, anything else is an error.
+func (e *Env) Switch(name, on, off string) bool {
+	switch v := e.String(name); v {
+	case "", off:
+		return false
+	case on:
+		return true
+	default:
+		e.fail(name, v, on+" or "+off)
+		return false
+	}
 }
 
 // Backend is what a backend package registers: it lists and opens devices.

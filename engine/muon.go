@@ -19,8 +19,10 @@ const (
 // Every matrix of a batch is normalised and iterated on its own. The
 // iterates and products are stored at out's dtype (g may be another one);
 // out may alias g. It is built from MatMul, AddScaled and
-// FrobeniusNormalize, so every backend gets it; scratch tensors of out's
-// dtype are allocated and freed per call (an NSWorkspace keeps them).
+// FrobeniusNormalize, so every backend gets it, or from FrobeniusNormalize
+// and NewtonSchulzOps where the device has that (the same polynomial,
+// rounded differently); scratch tensors of out's dtype are allocated and
+// freed per call (an NSWorkspace keeps them).
 func NewtonSchulz(dev Device, out, g *Tensor, steps int) error {
 	if err := checkNewtonSchulz(out, g, steps); err != nil {
 		return err
@@ -111,9 +113,41 @@ func (w *NSWorkspace) Free() {
 	w.a, w.b, w.y = nil, nil, nil
 }
 
+// NewtonSchulzOps is implemented by devices that run Newton-Schulz's
+// iteration in fewer launches and passes over the iterate than the
+// composite of NewtonSchulz (five launches a step, two of them elementwise
+// passes). NewtonSchulz and NSWorkspace use it where the device has it.
+type NewtonSchulzOps interface {
+	// NewtonSchulzIterate runs steps iterations of the quintic on the
+	// already normalised matrices x [..., rows, cols], alternating between
+	// x and y (x's shape and dtype), with a and b ([..., k, k], k =
+	// min(rows, cols), x's dtype) as scratch. Each step computes
+	// A = X X^T, B = a I + b A + c A A, X' = B X (for a tall X: A = X^T X,
+	// X' = X B): NewtonSchulz's polynomial a X + B X with a X folded into
+	// the Gram matrix, so a step is three matmuls and one Gram-sized
+	// elementwise pass. The result is in x after an even number of steps
+	// and in y after an odd one; the other tensor is overwritten.
+	NewtonSchulzIterate(x, y, a, b *Tensor, steps int) error
+}
+
 // run is NewtonSchulz on validated operands.
 func (w *NSWorkspace) run(out, g *Tensor, steps int) error {
 	dev, a, b, y := w.dev, w.a, w.b, w.y
+	if it, ok := dev.(NewtonSchulzOps); ok && steps > 0 {
+		// Normalise into whichever of out and y the iteration must start
+		// from to end in out; g is not read again, so out may alias it.
+		x0, x1 := out, y
+		if steps%2 == 1 {
+			x0, x1 = y, out
+		}
+		if err := dev.FrobeniusNormalize(x0, g, 1e-7); err != nil {
+			return fmt.Errorf("newton-schulz: %w", err)
+		}
+		if err := it.NewtonSchulzIterate(x0, x1, a, b, steps); err != nil {
+			return fmt.Errorf("newton-schulz: %w", err)
+		}
+		return nil
+	}
 	tall := g.Dim(-2) > g.Dim(-1)
 	if err := dev.FrobeniusNormalize(out, g, 1e-7); err != nil {
 		return fmt.Errorf("newton-schulz: %w", err)

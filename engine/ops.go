@@ -1,6 +1,9 @@
 package engine
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // Ops is the complete op set a backend implements. Every method validates its
 // arguments with the matching Check function and returns that error without
@@ -39,7 +42,10 @@ type Ops interface {
 	// RoPE rotates pairs (x[..., i], x[..., i + D/2]) ("rotate half") of
 	// x [B, H, L, D] by the angle pos[l] * theta^(-2i/D), i < D/2:
 	// out_i = x_i cos - x_{i+D/2} sin, out_{i+D/2} = x_{i+D/2} cos + x_i sin.
-	// pos is I32 [L]. out may alias x.
+	// pos is I32 [L], the positions of every sequence, or I32 [B, L], one
+	// position vector per sequence (angle pos[b, l] * theta^(-2i/D) for the
+	// rows of sequence b), so sequences of different lengths rotate in one
+	// call. out may alias x.
 	RoPE(out, x, pos *Tensor, theta float32) error
 	// RoPEBackward applies the inverse rotation: dX = R(-angle) dOut. dX may
 	// alias dOut.
@@ -70,6 +76,14 @@ type Ops interface {
 	// start..start+n-1 of the third dimension. Floating x is converted to
 	// the cache's dtype; an I32 cache takes I32 rows.
 	KVAppend(cache, x *Tensor, start int) error
+	// KVAppendAt is KVAppend with one start per sequence, read from device
+	// memory: x [B, H, n, D] goes into cache [B, H, Cap, D] at positions
+	// starts[b]..starts[b]+n-1 of sequence b (starts I32 [B]), so sequences
+	// of different lengths append together, and a recorded graph (see
+	// GraphRecorder) replays it at new positions. A start outside
+	// [0, Cap-n] writes nothing for its sequence and is an error, reported
+	// by the op or at the next Sync.
+	KVAppendAt(cache, x, starts *Tensor) error
 
 	// CrossEntropy is fused softmax cross-entropy over logits [N, W] with
 	// targets I32 [N]. The classes are the first C = o.Classes columns of
@@ -89,14 +103,14 @@ type Ops interface {
 	CrossEntropy(loss, dLogits, logits, targets *Tensor, o CrossEntropyOpts) error
 
 	// Attention is softmax attention (A.R == nil) or Parallax attention
-	// (spec section 2-3): s = scale q.k, t = r.k (unscaled), p = softmax(s)
+	// (docs/MATH.md section 2-3): s = scale q.k, t = r.k (unscaled), p = softmax(s)
 	// over unmasked keys, vbar = sum p v, tbar = sum p t,
 	// o = vbar (1 + tbar) - sum p t v = o_SA - Sigma_KV r. Implemented as the
 	// streaming (FlashAttention-style) algorithm with O(Lk) memory per row
 	// block. Fills the optional saved statistics used by the backward.
 	Attention(a AttentionArgs) error
 	// AttentionBackward computes dQ, dK, dV (and dR for Parallax) of
-	// L = sum(o * dO), spec section 4, from the forward's inputs, output and
+	// L = sum(o * dO), docs/MATH.md section 4, from the forward's inputs, output and
 	// saved statistics (LSE; with R also Vbar and Tbar).
 	AttentionBackward(a AttentionBackwardArgs) error
 	// DecodeAttention is Attention over a KV cache whose valid prefix length
@@ -107,13 +121,13 @@ type Ops interface {
 	// which a combine pass merges exactly; the result does not depend on
 	// Splits beyond rounding.
 	DecodeAttention(a DecodeArgs) error
-	// LLA is exact local linear attention (spec section 5): with weights
+	// LLA is exact local linear attention (docs/MATH.md section 5): with weights
 	// w = exp(s - m), omega = sum w, mu = sum w (k - q),
 	// Sig = sum w (k - q)(k - q)^T + lambda omega I and rho* = Sig^-1 mu,
 	// o = sum w (1 - rho*.(k - q)) v / (omega - mu.rho*)
 	//   = vbar + Sigma_KV (Sigma_KK + lambda I)^-1 (q - kbar).
 	LLA(a LLAArgs) error
-	// LinearAttention is the uniform-weight branch of the family (spec
+	// LinearAttention is the uniform-weight branch of the family (docs/MATH.md
 	// section 6) with probe R. Plain: o_i = sum_j (r_i . k_j) v_j over the
 	// unmasked j (unnormalised linear attention). Affine: with uniform weights
 	// 1/n_i over the n_i unmasked keys, o_i = vbar_i - Sigma_KV(i) r_i.
@@ -124,7 +138,7 @@ type Ops interface {
 	// HeadGate scales each head's vector by a sigmoid gate:
 	// out[..., h, :] = sigmoid(z[..., h]) x[..., h, :], x [..., H, D],
 	// z [..., H]. It is the probe gate of the ablation
-	// r = sigmoid(w_g . x) W_R x (spec section 7).
+	// r = sigmoid(w_g . x) W_R x (docs/MATH.md section 7).
 	HeadGate(out, x, z *Tensor) error
 	// HeadGateBackward computes dX = sigmoid(z) dOut and
 	// dZ = sigmoid(z) (1 - sigmoid(z)) sum_d dOut x (both overwritten).
@@ -132,7 +146,7 @@ type Ops interface {
 
 	// CorrectionRatio writes to out (F32 [1]) the mean over rows (every
 	// b, h, i) of ||vbar - o|| / ||vbar||, the correction-to-output ratio COR
-	// = ||Sigma_KV r|| / ||o_SA|| (spec section 7). o and vbar are [..., D];
+	// = ||Sigma_KV r|| / ||o_SA|| (docs/MATH.md section 7). o and vbar are [..., D];
 	// rows with vbar = 0 count as 0.
 	CorrectionRatio(out, o, vbar *Tensor) error
 	// SumSquares computes out (F32 [1]) = sum x^2, or adds it to out if
@@ -315,4 +329,115 @@ type AdamWOpts struct {
 func (o AdamWOpts) Factors() (decay, step, bc2 float64) {
 	lr, t := float64(o.LR), float64(o.Step)
 	return 1 - lr*float64(o.WeightDecay), lr / (1 - math.Pow(float64(o.Beta1), t)), math.Sqrt(1 - math.Pow(float64(o.Beta2), t))
+}
+
+// NormRoPE is implemented by a Device that fuses the per-head RMSNorm and
+// RoPE applied to the attention inputs q, k (and Parallax's r) into one
+// pass over each [D] row, reading the projection's layout [B, L, H, D] and
+// writing attention's [B, H, L, D], so that the norm, the SwapAxes12 and
+// the RoPE of each input are one launch and one read and write of the
+// tensor. It is an optional capability, not part of Ops, so that a device
+// without the kernels still runs every model: RMSNormRoPE and
+// RMSNormRoPEBackward compose the same result from RMSNorm, SwapAxes12 and
+// RoPE there.
+type NormRoPE interface {
+	// RMSNormRoPE computes, for every row (b, l, h) of x [B, L, H, D],
+	// y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps) over D and w
+	// [D], then rotates the pairs (y_i, y_{i+D/2}) by the angle
+	// a = pos * theta^(-2i/D), i < D/2 (pos[l] for pos I32 [L], pos[b, l]
+	// for per-sequence positions I32 [B, L]):
+	//
+	//	out[b, h, l, i]       = y_i cos a - y_{i+D/2} sin a
+	//	out[b, h, l, i + D/2] = y_{i+D/2} cos a + y_i sin a
+	//
+	// out is [B, H, L, D], so out = RoPE(SwapAxes12(RMSNorm(x, w)), pos).
+	// rstd, if not nil, receives the per-row rstd as F32 [B, L, H]. out
+	// must not alias x.
+	RMSNormRoPE(out, rstd, x, w, pos *Tensor, eps, theta float32) error
+	// RMSNormRoPEBackward is the backward of RMSNormRoPE: with
+	// g = R(-a) dOut (dOut [B, H, L, D] rotated back, row (b, h, l) to
+	// row (b, l, h)), xhat = x * rstd and gy = g * w, it computes
+	// dX = rstd (gy - xhat mean(gy xhat)) in [B, L, H, D] and accumulates
+	// dW += sum over rows of g * xhat (the sum formed in f32 or better, as
+	// RMSNormBackward's). rstd is the forward's saved F32 [B, L, H]. dX
+	// must not alias dOut.
+	RMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos *Tensor, theta float32) error
+}
+
+// RMSNormRoPE computes out = RoPE(SwapAxes12(RMSNorm(x, w)), pos) (see
+// NormRoPE.RMSNormRoPE): in one fused op on a NormRoPE device, else as
+// RMSNorm into a scratch [B, L, H, D] tensor, SwapAxes12 into out and RoPE
+// in place. The two agree up to the rounding of the composition's
+// intermediate (none in f32).
+func RMSNormRoPE(dev Device, out, rstd, x, w, pos *Tensor, eps, theta float32) error {
+	if nr, ok := dev.(NormRoPE); ok {
+		return nr.RMSNormRoPE(out, rstd, x, w, pos, eps, theta)
+	}
+	b, l, h, d, err := CheckRMSNormRoPE(out, rstd, x, w, pos)
+	if err != nil {
+		return err
+	}
+	normed, same, free, err := swapScratch(dev, out, b, l, h, d)
+	if err != nil {
+		return fmt.Errorf("rmsnorm rope: %w", err)
+	}
+	defer free()
+	if err := dev.RMSNorm(normed, rstd, x, w, eps); err != nil {
+		return err
+	}
+	if !same {
+		if err := dev.SwapAxes12(out, normed); err != nil {
+			return err
+		}
+	}
+	return dev.RoPE(out, out, pos, theta)
+}
+
+// RMSNormRoPEBackward computes the gradients of RMSNormRoPE (see
+// NormRoPE.RMSNormRoPEBackward): in one fused op on a NormRoPE device,
+// else as RoPEBackward into a scratch [B, H, L, D] tensor, SwapAxes12 to
+// [B, L, H, D] and RMSNormBackward.
+func RMSNormRoPEBackward(dev Device, dX, dW, dOut, x, w, rstd, pos *Tensor, theta float32) error {
+	if nr, ok := dev.(NormRoPE); ok {
+		return nr.RMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos, theta)
+	}
+	b, l, h, d, err := CheckRMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos)
+	if err != nil {
+		return err
+	}
+	rot, err := dev.Alloc(dOut.DType(), b, h, l, d)
+	if err != nil {
+		return fmt.Errorf("rmsnorm rope backward: %w", err)
+	}
+	defer dev.Free(rot)
+	if err := dev.RoPEBackward(rot, dOut, pos, theta); err != nil {
+		return err
+	}
+	g, same, free, err := swapScratch(dev, rot, b, l, h, d)
+	if err != nil {
+		return fmt.Errorf("rmsnorm rope backward: %w", err)
+	}
+	defer free()
+	if !same {
+		if err := dev.SwapAxes12(g, rot); err != nil {
+			return err
+		}
+	}
+	return dev.RMSNormBackward(dX, dW, g, x, w, rstd)
+}
+
+// swapScratch returns a [B, L, H, D] tensor to swap with t [B, H, L, D]:
+// a view of t itself (same) when L or H is 1, where the two layouts are
+// the same memory and the swap is the identity, else a new tensor of t's
+// dtype that free releases.
+func swapScratch(dev Device, t *Tensor, b, l, h, d int) (s *Tensor, same bool, free func(), err error) {
+	if l == 1 || h == 1 {
+		v, err := t.Reshape(b, l, h, d)
+		return v, true, func() {}, err
+	}
+	s, err = dev.Alloc(t.DType(), b, l, h, d)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	return s, false, func() { dev.Free(s) }, nil
 }

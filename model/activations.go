@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/parallax-engine/parallax/engine"
 )
@@ -65,6 +66,8 @@ type Activations struct {
 	lastIdx            *engine.Tensor // I32 [B]: row b*T + T-1
 	lastRows, lastNorm *engine.Tensor // [B, d]
 	lastLogits         *engine.Tensor // F32 [B, PadVocab]
+
+	views map[*engine.Tensor]bool // tensors that are views of others (not freed on their own)
 
 	// State of the last forward through these buffers.
 	posStart   int  // first position of pos
@@ -153,6 +156,34 @@ func (m *Model) newActivations(B, T int, train bool) (*Activations, error) {
 	if c.Parallax() {
 		a.rn = al.t(dt, B, T, hq, D)
 	}
+	if !train && T == 1 && al.err == nil {
+		// One position: [B, 1, H, D] and [B, H, 1, D] are the same memory,
+		// so the attention layouts are views of the projections' and the
+		// swaps between them vanish (rec.swap skips a swap onto itself).
+		la := &a.layers[0]
+		for _, p := range []struct {
+			dst **engine.Tensor
+			src *engine.Tensor
+		}{
+			{&la.qh, a.qn}, {&la.kh, a.kn}, {&la.vh, a.vn}, {&la.rh, a.rn}, {&la.attT, la.att},
+		} {
+			if *p.dst == nil || p.src == nil {
+				continue
+			}
+			al.made = slices.DeleteFunc(al.made, func(t *engine.Tensor) bool { return t == *p.dst })
+			m.Dev.Free(*p.dst)
+			v, err := p.src.Reshape((*p.dst).Shape()...)
+			if err != nil {
+				al.err = fmt.Errorf("activation view: %w", err)
+				break
+			}
+			*p.dst = v
+			if a.views == nil {
+				a.views = map[*engine.Tensor]bool{}
+			}
+			a.views[v] = true
+		}
+	}
 	a.lnf, a.lnfRstd = al.t(dt, N, d), al.t(engine.F32, N)
 	// Training logits are in the compute dtype (the head's output and, in
 	// place, dLogits, both read by bf16 products in the backward); the
@@ -209,7 +240,7 @@ func (a *Activations) free(dev engine.Device) {
 	}
 	fr := func(ts ...*engine.Tensor) {
 		for _, t := range ts {
-			if t != nil {
+			if t != nil && !a.views[t] {
 				dev.Free(t)
 			}
 		}

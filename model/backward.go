@@ -100,14 +100,11 @@ func (m *Model) blockBackward(r *rec, l int, a *Activations, x *engine.Tensor) {
 		O: la.att, DO: g.datt, LSE: la.lse, Vbar: la.vbar, Tbar: la.tbar,
 		DQ: g.dqh, DK: g.dkh, DV: g.dvh, DR: g.drh, AttentionOpts: engine.AttentionOpts{Causal: true}})
 
-	// RoPE, the swap to [B, T, H, D] (into the forward's scratch buffers)
-	// and the head norms, for q, k and r; v only swaps back.
-	r.ropeBackward(g.dqh, a.pos, theta)
-	r.swap(a.qn, g.dqh)
-	r.rmsnormBackward(g.dq, blk.QNorm.G, a.qn, la.q, blk.QNorm.W, la.qRstd)
-	r.ropeBackward(g.dkh, a.pos, theta)
-	r.swap(a.kn, g.dkh)
-	r.rmsnormBackward(g.dk, blk.KNorm.G, a.kn, la.k, blk.KNorm.W, la.kRstd)
+	// RoPE and the head norms, back to [B, T, H, D] (one fused op each,
+	// or with the forward's scratch buffers), for q, k and r; v only
+	// swaps back.
+	r.normRoPEBackward(g.dq, blk.QNorm.G, g.dqh, la.q, blk.QNorm.W, la.qRstd, a.pos, a.qn, theta)
+	r.normRoPEBackward(g.dk, blk.KNorm.G, g.dkh, la.k, blk.KNorm.W, la.kRstd, a.pos, a.kn, theta)
 	r.swap(g.dv, g.dvh)
 
 	// The projections share their input h = ln1: their input grads add up.
@@ -115,15 +112,15 @@ func (m *Model) blockBackward(r *rec, l int, a *Activations, x *engine.Tensor) {
 	r.linearBackward(g.dln, blk.K.G, mat(g.dk, kvd), la.ln1, blk.K.compute(), true)
 	r.linearBackward(g.dln, blk.V.G, mat(g.dv, kvd), la.ln1, blk.V.compute(), true)
 	if c.Parallax() {
-		r.ropeBackward(g.drh, a.pos, theta)
-		r.swap(a.rn, g.drh)
 		if c.ProbeGate {
+			r.ropeBackward(g.drh, a.pos, theta)
+			r.swap(a.rn, g.drh)
 			// g.dq is free again: it receives dL/d(normed r) before the gate.
 			r.headGateBackward(g.dq, g.dgz, a.rn, la.rn, la.gz)
 			r.linearBackward(g.dln, blk.RGate.G, mat(g.dgz, c.Heads), la.ln1, blk.RGate.compute(), true)
 			r.rmsnormBackward(g.dr, blk.RNorm.G, g.dq, la.r, blk.RNorm.W, la.rRstd)
 		} else {
-			r.rmsnormBackward(g.dr, blk.RNorm.G, a.rn, la.r, blk.RNorm.W, la.rRstd)
+			r.normRoPEBackward(g.dr, blk.RNorm.G, g.drh, la.r, blk.RNorm.W, la.rRstd, a.pos, a.rn, theta)
 		}
 		r.linearBackward(g.dln, blk.R.G, mat(g.dr, qd), la.ln1, blk.R.compute(), true)
 	}

@@ -154,17 +154,24 @@ func (m *Model) upload(a *Activations, tokens, targets []int32, start int) error
 // last position goes through the head, into a.lastLogits [B, V].
 func (m *Model) forward(a *Activations, cache *KVCache, last bool) error {
 	c := m.Config
-	r := &rec{dev: m.Dev}
+	r := &rec{dev: m.Dev, views: a.views}
 	m.refreshCompute(r)
 	r.embedding(a.res[0], m.Embed.compute(), a.ids)
 	for l := range c.Layers {
 		r.where = fmt.Sprintf("layer %d", l)
 		x := a.res[l%len(a.res)]
 		out := a.res[(l+1)%len(a.res)]
+		if !a.Train {
+			// Nothing reads a block's input again: update the stream in place.
+			x, out = a.res[0], a.res[0]
+		}
 		m.blockForward(r, l, a, &a.layers[l%len(a.layers)], x, out, cache)
 	}
 	r.where = "head"
 	final := a.res[c.Layers%len(a.res)]
+	if !a.Train {
+		final = a.res[0]
+	}
 	if last {
 		if err := m.allocLast(a); err != nil {
 			return err
@@ -226,20 +233,25 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 	eps, theta := float32(c.NormEps), float32(c.RopeTheta)
 	qd, kvd := c.QDim(), c.KVDim()
 
+	pos := a.pos
+	if cache != nil && cache.seqPos != nil {
+		pos = cache.seqPos // a ragged step (BatchCache): sequence b at starts[b]
+	}
 	r.rmsnorm(la.ln1, la.ln1Rstd, x, blk.InputNorm.W, eps)
-	r.linear(mat(la.q, qd), la.ln1, blk.Q.compute())
-	r.linear(mat(la.k, kvd), la.ln1, blk.K.compute())
-	r.linear(mat(a.vn, kvd), la.ln1, blk.V.compute())
-	// Per-head RMSNorm before RoPE, then [B, T, H, D] -> [B, H, T, D].
-	r.rmsnorm(a.qn, la.qRstd, la.q, blk.QNorm.W, eps)
-	r.swap(la.qh, a.qn)
-	r.rope(la.qh, a.pos, theta)
-	r.rmsnorm(a.kn, la.kRstd, la.k, blk.KNorm.W, eps)
-	r.swap(la.kh, a.kn)
-	r.rope(la.kh, a.pos, theta)
+	// The projections of h in one call: one launch where the device has a
+	// kernel for the shapes (decoding), a product each otherwise.
+	outs := []*engine.Tensor{mat(la.q, qd), mat(la.k, kvd), mat(a.vn, kvd)}
+	ws := []*engine.Tensor{blk.Q.compute(), blk.K.compute(), blk.V.compute()}
+	if c.Parallax() {
+		outs, ws = append(outs, mat(la.r, qd)), append(ws, blk.R.compute())
+	}
+	r.linearMulti(outs, ws, la.ln1)
+	// Per-head RMSNorm, then RoPE, from [B, T, H, D] into [B, H, T, D]:
+	// one fused op per input.
+	r.normRoPE(la.qh, la.qRstd, la.q, blk.QNorm.W, pos, a.qn, eps, theta)
+	r.normRoPE(la.kh, la.kRstd, la.k, blk.KNorm.W, pos, a.kn, eps, theta)
 	r.swap(la.vh, a.vn)
 	if c.Parallax() {
-		r.linear(mat(la.r, qd), la.ln1, blk.R.compute())
 		if c.ProbeGate {
 			// r = sigmoid(w_g . h) r per token and head, after the norm
 			// (which would undo it) and before RoPE (a per-head scalar
@@ -247,15 +259,15 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 			r.rmsnorm(la.rn, la.rRstd, la.r, blk.RNorm.W, eps)
 			r.linear(mat(la.gz, c.Heads), la.ln1, blk.RGate.compute())
 			r.headGate(a.rn, la.rn, la.gz)
+			r.swap(la.rh, a.rn)
+			r.rope(la.rh, pos, theta) // r takes the query positions
 		} else {
-			r.rmsnorm(a.rn, la.rRstd, la.r, blk.RNorm.W, eps)
+			r.normRoPE(la.rh, la.rRstd, la.r, blk.RNorm.W, pos, a.rn, eps, theta)
 		}
-		r.swap(la.rh, a.rn)
-		r.rope(la.rh, a.pos, theta) // r takes the query positions
 	}
 
 	switch {
-	case cache == nil || a.posStart == 0:
+	case cache == nil || (a.posStart == 0 && cache.seqPos == nil):
 		r.attention(engine.AttentionArgs{Q: la.qh, K: la.kh, V: la.vh, R: la.rh, O: la.att,
 			LSE: la.lse, Vbar: la.vbar, Tbar: la.tbar, AttentionOpts: engine.AttentionOpts{Causal: true}})
 		if cache != nil {
@@ -263,24 +275,39 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 			r.kvAppend(cache.V[l], la.vh, 0)
 		}
 	default:
-		r.kvAppend(cache.K[l], la.kh, a.posStart)
-		r.kvAppend(cache.V[l], la.vh, a.posStart)
+		// The starts are data (cache.starts), so a recorded step replays.
+		r.kvAppendAt(cache.K[l], la.kh, cache.starts)
+		r.kvAppendAt(cache.V[l], la.vh, cache.starts)
 		r.decodeAttention(engine.DecodeArgs{Q: la.qh, R: la.rh, KCache: cache.K[l], VCache: cache.V[l],
-			Lens: cache.lens, O: la.att})
+			Lens: cache.lens, O: la.att, Splits: cache.splits})
 	}
 	if m.inspect != nil && cache != nil {
 		m.inspect.capture(r, l, a, la, cache)
 	}
 
 	r.swap(la.attT, la.att)
-	r.copy(la.mid, x)
-	r.linearAdd(la.mid, mat(la.attT, qd), blk.O.compute())
+	// In place (x == out, inference) the residual adds accumulate into the
+	// stream itself and the two copies go.
+	mid := la.mid
+	if x == out {
+		mid = x
+	} else {
+		r.copy(mid, x)
+	}
+	r.linearAdd(mid, mat(la.attT, qd), blk.O.compute())
 
-	r.rmsnorm(la.ln2, la.ln2Rstd, la.mid, blk.PostNorm.W, eps)
-	r.linear(la.gate, la.ln2, blk.Gate.compute())
-	r.linear(la.up, la.ln2, blk.Up.compute())
-	r.swiglu(la.act, la.gate, la.up)
-	r.copy(out, la.mid)
+	r.rmsnorm(la.ln2, la.ln2Rstd, mid, blk.PostNorm.W, eps)
+	if a.Train {
+		// The backward reads gate and up: store them.
+		r.linear(la.gate, la.ln2, blk.Gate.compute())
+		r.linear(la.up, la.ln2, blk.Up.compute())
+		r.swiglu(la.act, la.gate, la.up)
+	} else {
+		r.linearSwiGLU(la.act, la.gate, la.up, la.ln2, blk.Gate.compute(), blk.Up.compute())
+	}
+	if x != out {
+		r.copy(out, mid)
+	}
 	r.linearAdd(out, la.act, blk.Down.compute())
 }
 

@@ -20,7 +20,15 @@ type KVCache struct {
 	Len    int
 	K, V   []*engine.Tensor
 	lens   *engine.Tensor // I32 [B], Len as DecodeAttention reads it
+	starts *engine.Tensor // I32 [B], where a decode step appends (KVAppendAt)
+	next   *engine.Tensor // I32 [B], StepGreedy's ids (allocated on first use)
+	seqPos *engine.Tensor // starts as I32 [B, 1] RoPE positions: set for a BatchCache's ragged steps, else nil
+	splits int            // DecodeAttention's Splits (0: the backend's choice)
 	dev    engine.Device
+
+	graphs   map[graphKey]engine.Graph // recorded decode steps (graph.go)
+	warm     map[graphKey]bool         // shapes that ran once eagerly
+	noGraphs bool                      // recording failed: eager steps only
 }
 
 // NewKVCache allocates a cache for B sequences of up to capacity positions
@@ -40,6 +48,7 @@ func (m *Model) NewKVCache(B, capacity int) (*KVCache, error) {
 		kv.V = append(kv.V, al.t(m.DType, B, c.KVHeads, capacity, c.HeadDim))
 	}
 	kv.lens = al.t(engine.I32, B)
+	kv.starts = al.t(engine.I32, B)
 	if al.err != nil {
 		al.fail()
 		return nil, fmt.Errorf("kv cache: %w", al.err)
@@ -47,7 +56,7 @@ func (m *Model) NewKVCache(B, capacity int) (*KVCache, error) {
 	return kv, nil
 }
 
-// Reset empties the cache (its memory is kept).
+// Reset empties the cache (its memory and recorded steps are kept).
 func (kv *KVCache) Reset() { kv.Len = 0 }
 
 // Free releases the cache's memory (once; later calls do nothing).
@@ -55,12 +64,18 @@ func (kv *KVCache) Free() {
 	if kv.K == nil {
 		return
 	}
+	kv.freeGraphs()
 	for i := range kv.K {
 		kv.dev.Free(kv.K[i])
 		kv.dev.Free(kv.V[i])
 	}
 	kv.dev.Free(kv.lens)
-	kv.K, kv.V, kv.lens = nil, nil, nil
+	kv.dev.Free(kv.starts)
+	if kv.next != nil {
+		kv.dev.Free(kv.next)
+		kv.next = nil
+	}
+	kv.K, kv.V, kv.lens, kv.starts = nil, nil, nil, nil
 }
 
 // Step runs tokens [B, T] (row-major) at positions kv.Len..kv.Len+T-1 of
@@ -75,6 +90,54 @@ func (kv *KVCache) Free() {
 // vector and KVAppend one start for the whole batch, so ragged batches would
 // need per-sequence positions in both.
 func (m *Model) Step(kv *KVCache, tokens []int32, B, T int, lastOnly bool) ([]float32, error) {
+	logits, err := m.step(kv, tokens, B, T, lastOnly)
+	if err != nil {
+		return nil, err
+	}
+	return m.readLogits(logits)
+}
+
+// StepGreedy is Step followed by greedy sampling on the device: it returns
+// each sequence's next token, the argmax of its last position's logits
+// (the lowest id among equal maxima, as Sampler's greedy choice), and reads
+// back only those B ids. Logits holding a NaN are an error.
+func (m *Model) StepGreedy(kv *KVCache, tokens []int32, B, T int) ([]int32, error) {
+	return m.stepGreedy(kv, tokens, B, T, m.Config.Vocab)
+}
+
+// stepGreedy is StepGreedy over the first classes ids only.
+func (m *Model) stepGreedy(kv *KVCache, tokens []int32, B, T, classes int) ([]int32, error) {
+	logits, err := m.step(kv, tokens, B, T, true)
+	if err != nil {
+		return nil, err
+	}
+	if logits.Dim(0) != B {
+		// Only the last position's rows: the lastOnly head gives [B, W].
+		return nil, fmt.Errorf("step greedy: logits %v are not one row per sequence", logits.Shape())
+	}
+	if kv.next == nil {
+		if kv.next, err = m.Dev.Alloc(engine.I32, B); err != nil {
+			return nil, fmt.Errorf("step greedy: %w", err)
+		}
+	}
+	if err := engine.ArgMaxRows(m.Dev, kv.next, logits, classes); err != nil {
+		return nil, fmt.Errorf("step greedy: %w", err)
+	}
+	ids, err := engine.Int32s(kv.next)
+	if err != nil {
+		return nil, fmt.Errorf("step greedy: %w", err)
+	}
+	for b, id := range ids {
+		if id < 0 {
+			return nil, fmt.Errorf("step greedy: the logits of sequence %d are not finite", b)
+		}
+	}
+	return ids, nil
+}
+
+// step runs Step up to the logits on the device: [B*T, W], or [B, W] for the
+// last positions (lastOnly with T > 1), W the padded vocabulary.
+func (m *Model) step(kv *KVCache, tokens []int32, B, T int, lastOnly bool) (*engine.Tensor, error) {
 	if kv == nil || kv.K == nil {
 		return nil, errors.New("step: no kv cache")
 	}
@@ -95,24 +158,35 @@ func (m *Model) Step(kv *KVCache, tokens []int32, B, T int, lastOnly bool) ([]fl
 	if err := m.upload(a, tokens, nil, kv.Len); err != nil {
 		return nil, err
 	}
+	ran := false
 	if kv.Len > 0 {
-		lens := make([]int32, B)
+		lens, starts := make([]int32, B), make([]int32, B)
 		for i := range lens {
-			lens[i] = int32(kv.Len + T)
+			lens[i], starts[i] = int32(kv.Len+T), int32(kv.Len)
 		}
 		if err := writeInt32s(m.Dev, kv.lens, lens); err != nil {
 			return nil, fmt.Errorf("step: upload lengths: %w", err)
 		}
+		if err := writeInt32s(m.Dev, kv.starts, starts); err != nil {
+			return nil, fmt.Errorf("step: upload starts: %w", err)
+		}
+		if T == 1 {
+			if ran, err = m.replayDecode(kv, a); err != nil {
+				return nil, err
+			}
+		}
 	}
-	if err := m.forward(a, kv, lastOnly && T > 1); err != nil {
-		return nil, fmt.Errorf("step: %w", err)
+	if !ran {
+		if err := m.forward(a, kv, lastOnly && T > 1); err != nil {
+			return nil, fmt.Errorf("step: %w", err)
+		}
 	}
 	kv.Len += T
 	if lastOnly && T > 1 {
-		return m.readLogits(a.lastLogits)
+		return a.lastLogits, nil
 	}
 	m.last = a
-	return m.readLogits(a.logits)
+	return a.logits, nil
 }
 
 // SampleOptions configure a Sampler.
@@ -282,6 +356,27 @@ func (m *Model) Generate(prompt []int, n int, o GenerateOptions, fn func(token i
 	for i, t := range prompt {
 		ids[i] = int32(t)
 	}
+	if classes, ok := greedyClasses(o, banned); ok {
+		// Greedy over a contiguous range of ids: pick on the device and
+		// read back one id a token, not the logits.
+		var out []int
+		next, err := m.stepGreedy(kv, ids, 1, len(ids), classes)
+		for err == nil {
+			tok := int(next[0])
+			if stop[tok] {
+				break
+			}
+			out = append(out, tok)
+			if (fn != nil && !fn(tok)) || len(out) == n {
+				break
+			}
+			next, err = m.stepGreedy(kv, next, 1, 1, classes)
+		}
+		if err != nil {
+			return out, fmt.Errorf("generate: token %d: %w", len(out), err)
+		}
+		return out, nil
+	}
 	logits, err := m.Step(kv, ids, 1, len(ids), true)
 	if err != nil {
 		return nil, fmt.Errorf("generate: prompt: %w", err)
@@ -307,4 +402,24 @@ func (m *Model) Generate(prompt []int, n int, o GenerateOptions, fn func(token i
 		}
 	}
 	return out, nil
+}
+
+// greedyClasses reports whether Generate may sample on the device: greedy
+// decoding with the suppressed ids, if any, forming the top of the
+// vocabulary [classes, V) (the padding rows of a model larger than its
+// tokenizer), so that an argmax over the first classes ids is the choice.
+func greedyClasses(o GenerateOptions, banned []bool) (classes int, ok bool) {
+	if o.Sample.Temperature != 0 {
+		return 0, false
+	}
+	classes = len(banned)
+	for classes > 0 && banned[classes-1] {
+		classes--
+	}
+	for _, b := range banned[:classes] {
+		if b {
+			return 0, false
+		}
+	}
+	return classes, classes > 0
 }

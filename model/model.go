@@ -125,6 +125,9 @@ type Model struct {
 	last   *Activations // the buffers of the last Forward (for Backward)
 
 	inspect *Inspector // records what a viewer needs during Step (NewInspector)
+	// noGraphs: decode steps run eagerly even on a device that records
+	// graphs (SetGraphs).
+	noGraphs bool
 }
 
 // Options modify New.

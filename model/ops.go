@@ -15,6 +15,7 @@ type rec struct {
 	dev   engine.Device
 	where string
 	err   error
+	views map[*engine.Tensor]bool // activations that are views of others (swap skips a swap onto its own source)
 }
 
 func (r *rec) fail(op string, err error) {
@@ -91,6 +92,9 @@ func (r *rec) ropeBackward(dx, pos *engine.Tensor, theta float32) {
 }
 
 func (r *rec) swap(dst, src *engine.Tensor) {
+	if r.err == nil && r.views[dst] && swapIsIdentity(src) {
+		return // one position (decoding): both layouts are the same memory
+	}
 	if r.err == nil {
 		r.fail("swap axes", r.dev.SwapAxes12(dst, src))
 	}
@@ -169,4 +173,32 @@ func writeInt32s(dev engine.Device, t *engine.Tensor, vals []int32) error {
 		binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
 	}
 	return dev.Write(t, b)
+}
+
+// swapIsIdentity reports whether SwapAxes12 of t leaves its memory as it is:
+// one of the two swapped dimensions has length 1.
+func swapIsIdentity(t *engine.Tensor) bool {
+	s := t.Shape()
+	return len(s) == 4 && (s[1] == 1 || s[2] == 1)
+}
+
+func (r *rec) kvAppendAt(cache, x, starts *engine.Tensor) {
+	if r.err == nil {
+		r.fail("kv append", r.dev.KVAppendAt(cache, x, starts))
+	}
+}
+
+// linearMulti is y_i = x W_i^T for each weight (engine.LinearMulti).
+func (r *rec) linearMulti(ys, ws []*engine.Tensor, x *engine.Tensor) {
+	if r.err == nil {
+		r.fail("linear", engine.LinearMulti(r.dev, ys, ws, x))
+	}
+}
+
+// linearSwiGLU is act = silu(x Wg^T) * (x Wu^T) (engine.LinearSwiGLU; gate
+// and up are its scratch where it is not fused).
+func (r *rec) linearSwiGLU(act, gate, up, x, wGate, wUp *engine.Tensor) {
+	if r.err == nil {
+		r.fail("mlp", engine.LinearSwiGLU(r.dev, act, gate, up, x, wGate, wUp))
+	}
 }

@@ -82,7 +82,7 @@ func dynamicArrayAccesses(code []byte) (int, error) {
 // H200 reports 0 bytes of local memory for every kernel at these counts).
 func TestNoDynamicPrivateArrays(t *testing.T) {
 	ceiling := map[string]int{
-		"attn_bwd_cols": 2, "attn_bwd_rows": 2, "attn_fwd": 2,
+		"attn_dkv": 2, "attn_dq": 2, "attn_fwd": 2,
 		"lla": 1, "matmul": 8, "view_draw": 1, "view_draw.rgba8": 1,
 	}
 	names := Names()

@@ -1,7 +1,7 @@
 // attn.glsl: what the attention-family kernels share: the push constants,
 // the causal / sliding-window mask and the row bookkeeping.
 //
-// Masking (spec section 1): with n keys and Lq queries, causal query i sees
+// Masking (docs/MATH.md section 1): with n keys and Lq queries, causal query i sees
 // keys j <= i + n - Lq, and with a window W also j > i + n - Lq - W. A
 // decode kernel takes n per sequence from lens[b] (always causal).
 //
@@ -10,7 +10,7 @@
 // rr % Lq), so each K/V tile read from memory serves every head of a GQA
 // group.
 //
-// MODE selects the weighting of the family (spec section 6): 0 softmax
+// MODE selects the weighting of the family (docs/MATH.md section 6): 0 softmax
 // (softmax attention, Parallax with the probe R), 1 uniform weights with
 // the intercept (affine linear attention), 2 uniform, no intercept and no
 // normalisation (plain linear attention: o = sum (r.k) v).

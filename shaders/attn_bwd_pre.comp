@@ -1,5 +1,5 @@
 #version 450
-// Attention backward pre-pass (spec section 4): per row, T = g.o and
+// Attention backward pre-pass (docs/MATH.md section 4): per row, T = g.o and
 // Bv = g.vbar (g = dO), stored as stats[row] and stats[rows + row]; with
 // needMax also the largest |g| of the whole tensor, as float bits in
 // stats[2 rows] (which the host zeroes first), for the tensor-core

@@ -1,5 +1,5 @@
 #version 450
-// Attention forward, the streaming algorithm of spec section 3, for every
+// Attention forward, the streaming algorithm of docs/MATH.md section 3, for every
 // member of the family (MODE, see attn.glsl) and for decode over a KV
 // cache (DECODE: per-sequence lengths from lens, causal).
 //

@@ -1,7 +1,7 @@
 #version 450
 // Softmax and Parallax attention forward on tensor cores (GL_NV_cooperative_
 // matrix, 16 x 16 x 16 products, f16 operands, f32 accumulation): the
-// streaming algorithm of spec section 3 as attn_fwd computes it, for
+// streaming algorithm of docs/MATH.md section 3 as attn_fwd computes it, for
 // prefill and training (no KV cache, one split).
 //
 // A workgroup is two 32-wide subgroups and takes a block of 32 rows (16 per

@@ -233,6 +233,7 @@ int px_f32_to_i32(float f) {
 #define PX_ERR_LENS_RANGE 3u
 #define PX_ERR_LLA_SINGULAR 4u
 #define PX_ERR_F16_RANGE 5u
+#define PX_ERR_KV_RANGE 6u
 
 // ---- Work decomposition ----
 

@@ -46,7 +46,7 @@ float px_grad_scale(float gmax) {
 	return ldexp(1.0, clamp(8 - e, -100, 100));
 }
 
-// The prefill kernels' K/V staging (attn_fwd_coop, attn_bwd_rows_coop): a
+// The prefill kernels' K/V staging (attn_fwd_coop, attn_dq_coop): a
 // tile of BC keys as NP 16-byte pieces per key, piece l of this invocation
 // being piece t + WG l, loaded into named registers a tile ahead
 // (PX_KV_LOAD, keys from tileStart, zeros at and past kmax) and stored to

@@ -1,5 +1,5 @@
 #version 450
-// Exact local linear attention (spec section 5), one workgroup per query
+// Exact local linear attention (docs/MATH.md section 5), one workgroup per query
 // row, f32. With w_j = exp(s_j - m) over the visible keys, omega = sum w,
 // mu = sum w (k - q) and Sig = sum w (k - q)(k - q)^T + lambda omega I
 // (built D x D in this row's slice of the scratch buffer, key tile by key

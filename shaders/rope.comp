@@ -1,7 +1,8 @@
 #version 450
 // Rotary position embedding ("rotate half") of x [B, H, L, D]: pair i of
 // row (b, h, l) turns by pos[l] freq[i] (freq[i] = theta^(-2i/D), from the
-// host in f32), or by minus that angle when INVERSE (the backward). The
+// host in f32), or by pos[b, l] freq[i] with per-sequence positions
+// (pos [B, L], seq_pos = L), or by minus that angle (sign -1, the backward). The
 // angle is reduced modulo 2 pi in two steps (Cody-Waite) before sin/cos so
 // large positions keep their accuracy. out may alias x.
 #include "common.glsl"
@@ -17,6 +18,8 @@ layout(push_constant) uniform PC {
 	uint L;
 	uint half_; // D / 2
 	float sign; // 1 forward, -1 inverse
+	uint HL;      // H L: rows per sequence
+	uint seq_pos; // L for per-sequence positions pos [B, L], 0 for pos [L]
 } pc;
 
 const float TWO_PI_HI = 6.28125;
@@ -29,7 +32,7 @@ void main() {
 	for (uint e = WG * px_group() + gl_LocalInvocationID.x; e < n; e += stride) {
 		uint row = e / pc.half_, i = e % pc.half_;
 		uint l = row % pc.L;
-		float a = float(pos[l]) * freq[i];
+		float a = float(pos[(row / pc.HL) * pc.seq_pos + l]) * freq[i];
 		float k = roundEven(a * INV_TWO_PI);
 		float r = (a - k * TWO_PI_HI) - k * TWO_PI_LO;
 		float c = cos(r), s = pc.sign * sin(r);

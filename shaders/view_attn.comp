@@ -3,7 +3,7 @@
 // row i < L (a workgroup each) and key j <= i,
 //   p_ij   = softmax_j(scale q_i.k_j)            (the softmax weights)
 //   eff_ij = p_ij (1 + tbar_i - t_ij)            (Parallax's effective weights)
-// with t_ij = r_i.k_j (unscaled) and tbar_i = sum_j p_ij t_ij (spec section
+// with t_ij = r_i.k_j (unscaled) and tbar_i = sum_j p_ij t_ij (docs/MATH.md section
 // 2); eff = p without a probe. Written as maps[i*cap + j] (p),
 // maps[cap*cap + i*cap + j] (eff) and, per row, the largest p at
 // maps[2*cap*cap + i] (the viewer's colour scale). Entries with j > i are

@@ -76,6 +76,9 @@ type OptimConfig struct {
 	Name  string      `json:"name"` // OptMuon or OptAdamW
 	Muon  MuonConfig  `json:"muon"`
 	AdamW AdamWConfig `json:"adamw"`
+	// Probe treats the Parallax probe (W_R, its norm and gate) apart from
+	// the other parameters (probe.go); the zero value treats it alike.
+	Probe ProbeOptim `json:"probe,omitzero"`
 }
 
 // DefaultOptimConfig returns the defaults for the named optimizer:
@@ -119,6 +122,9 @@ func (c OptimConfig) Validate() error {
 		return bad("adamw eps", a.Eps)
 	case !(a.WeightDecay >= 0 && a.EmbedWeightDecay >= 0 && a.GainWeightDecay >= 0):
 		return fmt.Errorf("optimizer: adamw weight decays must be >= 0")
+	}
+	if err := c.Probe.validate(c.Name); err != nil {
+		return err
 	}
 	if c.Name == OptMuon {
 		m := c.Muon
@@ -170,17 +176,15 @@ func MuonScale(rule string, rows, cols int) float64 {
 // Muon orthogonalises same-shape matrices together: the matrices this rank
 // updates are grouped by shape and each group cut into batches of at most
 // MuonConfig.NSBatch matrices (DefaultNSBatchElems elements by default).
-// A batch's directions u = MuonMomentum(...), written in the Newton-Schulz
-// dtype, are copied (KVAppend) into one [n, rows, cols] stack,
-// orthogonalised there in place by one NewtonSchulz call, and each
-// matrix's slice is gathered back (Embedding over the stack's rows) for its
-// MuonApply; a batch of one skips both copies. Per matrix that is 4
-// launches plus 26/n for Newton-Schulz, against 28 and three scratch
-// allocations (each a zero fill) one matrix at a time; the two copies move
-// 8 bytes per element in bf16, against 14 for the momentum, 10 for the
-// update and over 60 for five Newton-Schulz steps. The stack and
-// Newton-Schulz's scratch are allocated once per shape, by the first Step,
-// and shared by the shape's batches.
+// A batch is three calls on one engine.MuonStack [n, rows, cols] of the
+// Newton-Schulz dtype: engine.MuonMomentumAll writes every matrix's
+// direction into its slot, NewtonSchulz orthogonalises the stack in place,
+// and engine.MuonApplyAll applies every slot to its matrix. On a device
+// with engine.MuonMultiOps the first and last are one launch each for the
+// whole batch (elsewhere two launches a matrix each: the single-matrix op
+// and a copy into or out of the stack). The stack and Newton-Schulz's
+// scratch are allocated once per shape, by the first Step, and shared by
+// the shape's batches.
 type Optimizer struct {
 	cfg    OptimConfig
 	dev    engine.Device
@@ -201,34 +205,34 @@ type Optimizer struct {
 // shape, in the Newton-Schulz dtype.
 type nsShape struct {
 	rows, cols, slots int
-	x                 *engine.Tensor   // [slots, rows, cols]: the stacked directions, orthogonalised in place
-	x4                *engine.Tensor   // x viewed as [1, 1, slots*rows, cols], KVAppend's cache (slots > 1)
-	table             *engine.Tensor   // x viewed as [slots*rows, cols], Embedding's table (slots > 1)
-	u                 *engine.Tensor   // [1, 1, rows, cols]: one matrix's direction (slots > 1)
-	o                 *engine.Tensor   // [rows, cols]: one matrix's orthogonalised direction (slots > 1)
-	ids               []*engine.Tensor // I32 [rows]: slot i's rows of table (slots > 1)
-	ws                *engine.NSWorkspace
+	stack             *engine.MuonStack // [slots, rows, cols]: the stacked directions, orthogonalised in place
 }
 
 // nsBatch is up to shape.slots matrices orthogonalised by one NewtonSchulz
 // call; slots past len(states) hold stale data, computed on and ignored
-// (matrices of a batch do not interact).
+// (matrices of a batch do not interact). ws, gs and ms are the states'
+// weights, gradients and momenta, scales and lrScales their Muon scales
+// and learning-rate multipliers, in slot order.
 type nsBatch struct {
-	shape  *nsShape
-	states []*muonState
+	shape            *nsShape
+	states           []*muonState
+	ws, gs, ms       []*engine.Tensor
+	scales, lrScales []float32
 }
 
 // A state whose tensors are nil belongs to another rank (parallel.go).
 type adamState struct {
-	p    *model.Param
-	m, v *engine.Tensor
-	wd   float64
+	p       *model.Param
+	m, v    *engine.Tensor
+	wd      float64
+	lrScale float64 // multiplies the learning rate (ProbeOptim.LRScale)
 }
 
 type muonState struct {
-	p     *model.Param
-	m     *engine.Tensor
-	scale float64
+	p       *model.Param
+	m       *engine.Tensor
+	scale   float64
+	lrScale float64 // multiplies the learning rate (ProbeOptim.LRScale)
 }
 
 // NewOptimizer allocates the optimizer state for params on dev. Parameter
@@ -260,7 +264,7 @@ func newOptimizer(dev engine.Device, params []*model.Param, cfg OptimConfig, par
 		if !p.W.Shape().Equal(p.G.Shape()) {
 			return nil, fmt.Errorf("optimizer: parameter %q: gradient %v does not match weight %v", p.Name, p.G, p.W)
 		}
-		if cfg.Name == OptMuon && p.Kind == model.Matrix {
+		if cfg.usesMuon(p) {
 			if p.W.Rank() != 2 {
 				return nil, fmt.Errorf("optimizer: Muon parameter %q is %v, want a matrix", p.Name, p.W)
 			}
@@ -270,7 +274,7 @@ func newOptimizer(dev engine.Device, params []*model.Param, cfg OptimConfig, par
 					return nil, fmt.Errorf("optimizer: momentum of %q: %w", p.Name, err)
 				}
 			}
-			o.muon = append(o.muon, &muonState{p: p, m: m,
+			o.muon = append(o.muon, &muonState{p: p, m: m, lrScale: cfg.lrScale(p),
 				scale: MuonScale(cfg.Muon.Scaling, p.W.Dim(0), p.W.Dim(1))})
 			continue
 		}
@@ -290,7 +294,7 @@ func newOptimizer(dev engine.Device, params []*model.Param, cfg OptimConfig, par
 		case model.Embedding, model.Head:
 			wd = cfg.AdamW.EmbedWeightDecay
 		}
-		o.adam = append(o.adam, &adamState{p: p, m: m, v: v, wd: wd})
+		o.adam = append(o.adam, &adamState{p: p, m: m, v: v, wd: wd, lrScale: cfg.lrScale(p)})
 	}
 	return o, nil
 }
@@ -332,26 +336,29 @@ func (o *Optimizer) Step(lrFactor float64) error {
 	o.step++
 	a := o.cfg.AdamW
 	// One multi-tensor update per weight decay (decayed matrices, undecayed
-	// gains), in the order the tensors were first seen.
+	// gains) and learning-rate multiplier, in the order the tensors were
+	// first seen.
 	type adamGroup struct{ p, g, m, v []*engine.Tensor }
-	var wds []float64
-	groups := map[float64]*adamGroup{}
+	type groupKey struct{ wd, lrScale float64 }
+	var keys []groupKey
+	groups := map[groupKey]*adamGroup{}
 	for _, s := range o.adam {
 		if s.m == nil {
 			continue // another rank's
 		}
-		g := groups[s.wd]
+		k := groupKey{s.wd, s.lrScale}
+		g := groups[k]
 		if g == nil {
 			g = &adamGroup{}
-			groups[s.wd] = g
-			wds = append(wds, s.wd)
+			groups[k] = g
+			keys = append(keys, k)
 		}
 		g.p, g.g, g.m, g.v = append(g.p, s.p.W), append(g.g, s.p.G), append(g.m, s.m), append(g.v, s.v)
 	}
-	for _, wd := range wds {
-		g := groups[wd]
+	for _, k := range keys {
+		g, wd := groups[k], k.wd
 		err := engine.AdamWAll(o.dev, g.p, g.g, g.m, g.v, engine.AdamWOpts{
-			LR: float32(a.LR * lrFactor), Beta1: float32(a.Beta1), Beta2: float32(a.Beta2),
+			LR: float32(a.LR * lrFactor * k.lrScale), Beta1: float32(a.Beta1), Beta2: float32(a.Beta2),
 			Eps: float32(a.Eps), WeightDecay: float32(wd), Step: o.step,
 		})
 		if err != nil {
@@ -367,38 +374,19 @@ func (o *Optimizer) Step(lrFactor float64) error {
 	return o.syncParams()
 }
 
-// muonStep applies Muon to the matrices of one batch.
+// muonStep applies Muon to the matrices of one batch: momentum into the
+// stack, Newton-Schulz on it, the update out of it (matrix i's learning
+// rate is lr * its multiplier, rounded to f32).
 func (o *Optimizer) muonStep(b *nsBatch, lr float32) error {
-	mc, sh := o.cfg.Muon, b.shape
-	alone := sh.slots == 1 // no stack to copy into: u and o are x itself
-	for i, s := range b.states {
-		u := sh.x
-		if !alone {
-			u = sh.u
-		}
-		if err := o.dev.MuonMomentum(u, s.m, s.p.G, float32(mc.Momentum), mc.Nesterov); err != nil {
-			return fmt.Errorf("muon %s: %w", s.p.Name, err)
-		}
-		if !alone {
-			if err := o.dev.KVAppend(sh.x4, sh.u, i*sh.rows); err != nil {
-				return fmt.Errorf("muon %s: stacking the direction: %w", s.p.Name, err)
-			}
-		}
-	}
-	if err := sh.ws.NewtonSchulz(sh.x, sh.x, mc.NSSteps); err != nil {
+	mc, st := o.cfg.Muon, b.shape.stack
+	if err := engine.MuonMomentumAll(st, b.ms, b.gs, float32(mc.Momentum), mc.Nesterov); err != nil {
 		return fmt.Errorf("muon %s: %w", b.names(), err)
 	}
-	for i, s := range b.states {
-		out := sh.x
-		if !alone {
-			if err := o.dev.Embedding(sh.o, sh.table, sh.ids[i]); err != nil {
-				return fmt.Errorf("muon %s: unstacking the update: %w", s.p.Name, err)
-			}
-			out = sh.o
-		}
-		if err := o.dev.MuonApply(s.p.W, out, lr, float32(mc.WeightDecay), float32(s.scale)); err != nil {
-			return fmt.Errorf("muon %s: %w", s.p.Name, err)
-		}
+	if err := st.NewtonSchulz(mc.NSSteps); err != nil {
+		return fmt.Errorf("muon %s: %w", b.names(), err)
+	}
+	if err := engine.MuonApplyAll(st, b.ws, lr, float32(mc.WeightDecay), b.lrScales, b.scales); err != nil {
+		return fmt.Errorf("muon %s: %w", b.names(), err)
 	}
 	return nil
 }
@@ -480,7 +468,12 @@ func (o *Optimizer) buildNS() error {
 		}
 		o.nsShapes = append(o.nsShapes, sh)
 		for lo := 0; lo < n; lo += slots {
-			o.nsBatches = append(o.nsBatches, &nsBatch{shape: sh, states: ss[lo:min(lo+slots, n)]})
+			b := &nsBatch{shape: sh, states: ss[lo:min(lo+slots, n)]}
+			for _, s := range b.states {
+				b.ws, b.gs, b.ms = append(b.ws, s.p.W), append(b.gs, s.p.G), append(b.ms, s.m)
+				b.scales, b.lrScales = append(b.scales, float32(s.scale)), append(b.lrScales, float32(s.lrScale))
+			}
+			o.nsBatches = append(o.nsBatches, b)
 		}
 	}
 	o.nsReady = true
@@ -490,56 +483,17 @@ func (o *Optimizer) buildNS() error {
 // newNSShape allocates the scratch of batches of up to slots [rows, cols]
 // matrices.
 func newNSShape(dev engine.Device, dt engine.DType, rows, cols, slots int) (*nsShape, error) {
-	sh := &nsShape{rows: rows, cols: cols, slots: slots}
-	fail := func(what string, err error) (*nsShape, error) {
-		sh.free(dev)
-		return nil, fmt.Errorf("newton-schulz scratch for %d x [%d,%d] %v: %s: %w", slots, rows, cols, dt, what, err)
+	st, err := engine.NewMuonStack(dev, dt, slots, rows, cols)
+	if err != nil {
+		return nil, fmt.Errorf("newton-schulz scratch for %d x [%d,%d] %v: %w", slots, rows, cols, dt, err)
 	}
-	var err error
-	if sh.x, err = dev.Alloc(dt, slots, rows, cols); err != nil {
-		return fail("stack", err)
-	}
-	if sh.ws, err = engine.NewNSWorkspace(dev, dt, slots, rows, cols); err != nil {
-		return fail("workspace", err)
-	}
-	if slots == 1 {
-		return sh, nil
-	}
-	if sh.x4, err = sh.x.Reshape(1, 1, slots*rows, cols); err != nil {
-		return fail("stack view", err)
-	}
-	if sh.table, err = sh.x.Reshape(slots*rows, cols); err != nil {
-		return fail("stack view", err)
-	}
-	if sh.u, err = dev.Alloc(dt, 1, 1, rows, cols); err != nil {
-		return fail("direction", err)
-	}
-	if sh.o, err = dev.Alloc(dt, rows, cols); err != nil {
-		return fail("update", err)
-	}
-	ids := make([]int32, rows)
-	for i := range slots {
-		for j := range ids {
-			ids[j] = int32(i*rows + j)
-		}
-		t, err := engine.FromInt32(dev, ids, rows)
-		if err != nil {
-			return fail("slot rows", err)
-		}
-		sh.ids = append(sh.ids, t)
-	}
-	return sh, nil
+	return &nsShape{rows: rows, cols: cols, slots: slots, stack: st}, nil
 }
 
-// free releases the scratch (x4 and table are views of x).
-func (sh *nsShape) free(dev engine.Device) {
-	for _, t := range append([]*engine.Tensor{sh.x, sh.u, sh.o}, sh.ids...) {
-		if t != nil {
-			dev.Free(t)
-		}
-	}
-	if sh.ws != nil {
-		sh.ws.Free()
+// free releases the scratch.
+func (sh *nsShape) free() {
+	if sh.stack != nil {
+		sh.stack.Free()
 	}
 	*sh = nsShape{}
 }
@@ -547,7 +501,7 @@ func (sh *nsShape) free(dev engine.Device) {
 // freeNS releases the Newton-Schulz scratch; the next Step builds it anew.
 func (o *Optimizer) freeNS() {
 	for _, sh := range o.nsShapes {
-		sh.free(o.dev)
+		sh.free()
 	}
 	o.nsShapes, o.nsBatches, o.nsReady = nil, nil, false
 }

@@ -590,8 +590,8 @@ func TestMuonBF16Step(t *testing.T) {
 		t.Errorf("groups: %s", opt.Groups())
 	}
 	for _, sh := range opt.nsShapes {
-		if sh.x.DType() != engine.BF16 {
-			t.Errorf("Newton-Schulz stack %v under a bf16 model", sh.x)
+		if x := sh.stack.X(); x.DType() != engine.BF16 {
+			t.Errorf("Newton-Schulz stack %v under a bf16 model", x)
 		}
 	}
 	for i, p := range init {
@@ -623,8 +623,8 @@ func TestMuonBF16Step(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sh := range opt.nsShapes {
-		if sh.x.DType() != engine.F32 {
-			t.Errorf("Newton-Schulz stack %v after switching to f32", sh.x)
+		if x := sh.stack.X(); x.DType() != engine.F32 {
+			t.Errorf("Newton-Schulz stack %v after switching to f32", x)
 		}
 	}
 }

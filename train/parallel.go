@@ -218,7 +218,7 @@ func (p *optParallel) start(i int) {
 func (p *optParallel) assign(params []*model.Param, cfg OptimConfig) {
 	var muon, adam []*model.Param
 	for _, q := range params {
-		if cfg.Name == OptMuon && q.Kind == model.Matrix {
+		if cfg.usesMuon(q) {
 			muon = append(muon, q)
 		} else {
 			adam = append(adam, q)
@@ -565,8 +565,12 @@ func (r *runner) setupInputs() error {
 // newOptimizer makes the run's optimizer; data-parallel ranks first take
 // rank 0's parameters, so that every rank starts from the same model.
 func (r *runner) newOptimizer() (*Optimizer, error) {
+	params, err := r.trainable() // all but the frozen (freeze.go)
+	if err != nil {
+		return nil, err
+	}
 	if r.par == nil {
-		return NewOptimizer(r.dev, r.m.Params(), r.cfg.Optim)
+		return NewOptimizer(r.dev, params, r.cfg.Optim)
 	}
 	bucket := int64(r.cfg.BucketMB * (1 << 20))
 	if bucket <= 0 {
@@ -583,7 +587,7 @@ func (r *runner) newOptimizer() (*Optimizer, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("parameter broadcast: %w", err)
 	}
-	o, err := NewParallelOptimizer(r.dev, r.m.Params(), r.cfg.Optim, r.par.comm, ParallelOptions{ZeRO: r.cfg.ZeRO, BucketBytes: bucket})
+	o, err := NewParallelOptimizer(r.dev, params, r.cfg.Optim, r.par.comm, ParallelOptions{ZeRO: r.cfg.ZeRO, BucketBytes: bucket})
 	if err != nil {
 		return nil, err
 	}
@@ -646,8 +650,7 @@ func (r *runner) stepParallel(buf, in, tgt []int32, wantCOR bool) (stepOut, erro
 		}
 		for i := range b {
 			row := buf[i*(T+1) : (i+1)*(T+1)]
-			copy(in[i*T:(i+1)*T], row[:T])
-			copy(tgt[i*T:(i+1)*T], row[1:])
+			data.SplitWindow(row, in[i*T:(i+1)*T], tgt[i*T:(i+1)*T], model.IgnoreIndex)
 		}
 		st, err := r.m.Forward(in, tgt, b, T)
 		if !finite(st.Sum) {

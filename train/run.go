@@ -52,9 +52,18 @@ type Config struct {
 	// Data is the training text: "" for the embedded Austen corpus, a text
 	// file, a directory of *.txt documents (the last one held out for
 	// validation) or a dataset directory written by data.Build.
-	Data   string `json:"data"`
-	Device string `json:"-"`     // "auto", "cpu", "vulkan:N", "cuda:N"
-	DType  string `json:"dtype"` // activation dtype: "auto", "f32", "bf16", "f16"
+	Data string `json:"data"`
+	// Adaptation (init.go, freeze.go): Init starts from the weights of a
+	// model directory (ours or a Hugging Face Qwen3 one) instead of random
+	// ones, with its config and, unless Tokenizer is set, its tokenizer;
+	// ConvertParallax adds W_R (zero unless ProbeInitScale) to a softmax
+	// model; Freeze lists glob patterns of parameter names left untrained.
+	Init            string   `json:"init,omitempty"`
+	ConvertParallax bool     `json:"convert_parallax,omitempty"`
+	ProbeInitScale  float64  `json:"probe_init_scale,omitempty"`
+	Freeze          []string `json:"freeze,omitempty"`
+	Device          string   `json:"-"`     // "auto", "cpu", "vulkan:N", "cuda:N"
+	DType           string   `json:"dtype"` // activation dtype: "auto", "f32", "bf16", "f16"
 
 	Steps    int         `json:"steps"` // optimizer steps of the whole run
 	Batch    int         `json:"batch"` // sequences per micro-batch
@@ -198,6 +207,9 @@ func (r *runner) close() {
 // fill sets defaults for zero fields.
 func (c *Config) fill() {
 	d := DefaultConfig()
+	if c.Init != "" {
+		c.Model = c.Init // the model's shape is the initial weights'
+	}
 	if c.Model == "" {
 		c.Model = d.Model
 	}
@@ -268,7 +280,7 @@ func (c Config) Validate() error {
 	if c.Force && c.Resume {
 		return errors.New("train: force starts a fresh run; it cannot be combined with resume")
 	}
-	return nil
+	return c.validateAdapt()
 }
 
 func (r *runner) setup(cfg Config) error {
@@ -434,7 +446,7 @@ func (r *runner) setupTokenizer() error {
 		r.tok = t
 		return nil
 	}
-	if r.cfg.Tokenizer == "" && r.cfg.Vocab == 0 {
+	if r.cfg.Tokenizer == "" && r.cfg.Vocab == 0 && r.cfg.Init == "" {
 		// A model sized for GPT-2's vocabulary gets GPT-2's tokenizer: a
 		// 50257-token BPE cannot be learned from the embedded corpus.
 		if mc, err := r.modelConfig(); err == nil && mc.Vocab == GPT2Vocab {
@@ -450,8 +462,8 @@ func (r *runner) setupTokenizer() error {
 			return fmt.Errorf("train: gpt2 tokenizer: %w", err)
 		}
 		r.logf("using GPT-2's tokenizer (%d tokens)", r.tok.VocabSize())
-	} else if r.cfg.Tokenizer != "" {
-		t, err := tokenizer.LoadHF(r.cfg.Tokenizer)
+	} else if r.cfg.Tokenizer != "" || r.cfg.Init != "" {
+		t, err := r.loadGivenTokenizer()
 		if err != nil {
 			return fmt.Errorf("train: --tokenizer: %w", err)
 		}
@@ -534,6 +546,9 @@ func (r *runner) setupData() error {
 		r.ds = ds
 		return nil
 	}
+	if IsJSONL(r.cfg.Data) {
+		return r.prepareJSONL(id)
+	}
 	train, val, err := r.documents()
 	if err != nil {
 		return err
@@ -589,6 +604,9 @@ func (r *runner) modelConfig() (model.Config, error) {
 	if r.cfg.ProbeGate {
 		mc.ProbeGate = true
 	}
+	if r.cfg.ConvertParallax && !mc.Parallax() {
+		mc.Attention, mc.RInit = model.AttentionParallax, model.RInitZero
+	}
 	return mc, nil
 }
 
@@ -625,9 +643,8 @@ func (r *runner) setupModel() error {
 		if err := r.checkMemory(mc, dt); err != nil {
 			return err
 		}
-		m, err = model.New(r.dev, mc, model.Options{Seed: r.cfg.Seed, DType: dt})
-		if err != nil {
-			return fmt.Errorf("train: %w", err)
+		if m, err = r.newModel(mc, dt); err != nil {
+			return err
 		}
 	}
 	r.m = m
@@ -817,8 +834,7 @@ func (r *runner) step(buf, in, tgt []int32, wantCOR bool) (stepOut, error) {
 		}
 		for b := range c.Batch {
 			row := buf[b*(T+1) : (b+1)*(T+1)]
-			copy(in[b*T:(b+1)*T], row[:T])
-			copy(tgt[b*T:(b+1)*T], row[1:])
+			data.SplitWindow(row, in[b*T:(b+1)*T], tgt[b*T:(b+1)*T], model.IgnoreIndex)
 		}
 		st, err := r.m.ForwardBackward(in, tgt, c.Batch, T, float32(1/float64(c.Accum)))
 		if !finite(st.Sum) {

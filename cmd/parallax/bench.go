@@ -81,11 +81,6 @@ const benchExamples = `
   parallax bench train --device cuda:0 --config small --steps 8 --warmup 3 --profile
 `
 
-// gpuTimer is implemented by devices that time ops on the device itself.
-type gpuTimer interface {
-	Timed(fn func() error) (time.Duration, error)
-}
-
 type benchResult struct {
 	Device   string  `json:"device"`
 	Op       string  `json:"op"`
@@ -283,7 +278,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("bench %s: %w", what, err)
 	}
 	timer := "wall clock"
-	tg, hasGPU := dev.(gpuTimer)
+	tg, hasGPU := dev.(engine.Timer)
 	if hasGPU {
 		timer = "device timestamps"
 	}

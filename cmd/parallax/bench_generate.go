@@ -28,11 +28,13 @@ type benchGenerateResult struct {
 	PrefillMs         float64 `json:"prefill_ms"`
 	PrefillTokensPerS float64 `json:"prefill_tokens_per_s"` // B P / prefill_ms
 	// Decode: the median step, which gives every sequence its next token:
-	// the forward, the logits read back (the device sync) and the host's
-	// greedy sampling, whose part is sample_ms.
+	// the forward and the greedy choice, on the device (only the ids read
+	// back) where it can, else on the host from the logits read back, whose
+	// part is sample_ms.
 	DecodeMs         float64 `json:"decode_ms"`
 	DecodeTokensPerS float64 `json:"decode_tokens_per_s"` // B / decode_ms
 	SampleMs         float64 `json:"sample_ms"`
+	Sampling         string  `json:"sampling"` // "device" or "host"
 	// Bytes a decode step reads from device memory: every weight once in
 	// the compute dtype (B rows of an untied embedding) and the KV cache at
 	// the steps' mean length; per token is per step over B.
@@ -47,6 +49,9 @@ type benchGenerateResult struct {
 	PeakGBs    float64 `json:"peak_gbps,omitempty"`
 	PeakSource string  `json:"peak_source,omitempty"`
 	Timer      string  `json:"timer"`
+	// With --profile: one decode step (the one after the timed ones) timed
+	// op by op with the device's timers.
+	Profile engine.Profile `json:"profile,omitempty"`
 }
 
 // runBenchGenerate is "parallax bench generate": KV-cache generation from a
@@ -62,6 +67,8 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 1, "seed of the random prompt tokens")
 	peakGB := fs.Float64("peak-gbps", 0, "the device's memory ceiling in GB/s for the roofline fraction (default: what is known of the device)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
+	hostSample := fs.Bool("host-sample", false, "sample on the host from the logits even where the device picks the greedy token itself")
+	profile := fs.Bool("profile", false, "after the timed steps, time every op of one more decode step with the device's timers and print the breakdown (CUDA and Vulkan devices)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -100,7 +107,18 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 	defer dev.Close()
 	defer m.Free()
 	info := dev.Info()
-	kv, err := m.NewKVCache(B, P+N)
+	prof, canProfile := dev.(engine.Profiler)
+	if *profile && !canProfile {
+		return usagef("--profile: %s (%s) has no per-op device timers; profile on a CUDA or Vulkan device", info.ID(), info.Name)
+	}
+	extra := 0
+	if *profile {
+		extra = 1
+	}
+	if P+N+extra > mc.MaxSeq {
+		return usagef("--profile needs one more position: --prompt-len %d + --new %d + 1 exceed the model's max_seq %d", P, N, mc.MaxSeq)
+	}
+	kv, err := m.NewKVCache(B, P+N+extra)
 	if err != nil {
 		return fmt.Errorf("bench generate: %w", err)
 	}
@@ -122,12 +140,30 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 			next[b] = int32(greedy.Sample(logits[b*V : (b+1)*V]))
 		}
 	}
+	// Greedy on the device where it can (one id per sequence read back),
+	// else on the host from the logits.
+	_, devArgmax := dev.(engine.ArgMaxer)
+	devArgmax = devArgmax && !*hostSample
+	var logits []float32
+	stepOnce := func(tokens []int32, T int) error {
+		if devArgmax {
+			ids, err := m.StepGreedy(kv, tokens, B, T)
+			if err == nil {
+				copy(next, ids)
+			}
+			return err
+		}
+		var err error
+		if logits, err = m.Step(kv, tokens, B, T, true); err == nil {
+			sample(logits)
+		}
+		return err
+	}
 	// Warm-up, untimed: the first prefill and decode steps compile kernels
 	// and allocate the activations of both shapes.
-	logits, err := m.Step(kv, prompt, B, P, true)
+	err = stepOnce(prompt, P)
 	for i := 0; err == nil && i < min(N, 2); i++ {
-		sample(logits)
-		logits, err = m.Step(kv, next, B, 1, true)
+		err = stepOnce(next, 1)
 	}
 	if err != nil {
 		return fmt.Errorf("bench generate: warm-up: %w", err)
@@ -135,7 +171,7 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 	kv.Reset()
 
 	start := time.Now()
-	if logits, err = m.Step(kv, prompt, B, P, true); err != nil {
+	if err = stepOnce(prompt, P); err != nil {
 		return fmt.Errorf("bench generate: prefill: %w", err)
 	}
 	prefill := time.Since(start).Seconds()
@@ -143,15 +179,35 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 	samples := make([]float64, N)
 	for i := range N {
 		start := time.Now()
-		sample(logits)
-		sampled := time.Now()
-		if logits, err = m.Step(kv, next, B, 1, true); err != nil {
+		if err = stepOnce(next, 1); err != nil {
 			return fmt.Errorf("bench generate: decode step %d: %w", i+1, err)
 		}
-		// Step returns the logits on the host, so each step has waited for
-		// the device: its wall clock is its whole cost.
+		// A step ends with its tokens on the host, so it has waited for the
+		// device: its wall clock is its whole cost.
 		steps[i] = time.Since(start).Seconds()
-		samples[i] = sampled.Sub(start).Seconds()
+	}
+	if !devArgmax {
+		// The host's share: sampling the last step's logits again.
+		for i := range samples {
+			t := time.Now()
+			sample(logits)
+			samples[i] = time.Since(t).Seconds()
+		}
+	}
+	var profiled engine.Profile
+	if *profile {
+		if err := prof.StartProfile(); err != nil {
+			return fmt.Errorf("bench generate: %w", err)
+		}
+		err := stepOnce(next, 1)
+		p, perr := prof.StopProfile()
+		if err != nil {
+			return fmt.Errorf("bench generate: profiled decode step: %w", err)
+		}
+		if perr != nil {
+			return fmt.Errorf("bench generate: %w", perr)
+		}
+		profiled = p
 	}
 	dec, smp := median(steps), median(samples)
 	if !(prefill > 0) || !(dec > 0) {
@@ -167,7 +223,8 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 		PrefillMs: prefill * 1e3, PrefillTokensPerS: float64(B*P) / prefill,
 		DecodeMs: dec * 1e3, DecodeTokensPerS: float64(B) / dec, SampleMs: smp * 1e3,
 		WeightBytes: wBytes, KVBytes: kvBytes, MeanKVLen: meanLen, BytesPerStep: wBytes + kvBytes,
-		BytesPerToken: float64(wBytes+kvBytes) / float64(B), Timer: "wall clock"}
+		BytesPerToken: float64(wBytes+kvBytes) / float64(B), Timer: "wall clock", Profile: profiled,
+		Sampling: map[bool]string{true: "device", false: "host"}[devArgmax]}
 	r.GBs = float64(r.BytesPerStep) / dec / 1e9
 	r.PeakGBs, r.PeakSource = *peakGB, "--peak-gbps"
 	if r.PeakGBs == 0 {
@@ -179,6 +236,12 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		return writeJSON(stdout, r)
 	}
+	defer func() {
+		if r.Profile != nil {
+			fmt.Fprintf(stdout, "\nprofile of one decode step (device timers): %d ops, %.4g ms of device time against %.4g ms of wall clock\n%s",
+				r.Profile.TotalCalls(), r.Profile.TotalMillis(), r.DecodeMs, r.Profile.Table())
+		}
+	}()
 	fmt.Fprintf(stdout, "%s %s, batch %d, prompt %d + %d new, %s on %s (%s): prefill %.4g ms (%.4g tokens/s), decode %.4g ms/step (%.4g tokens/s, sampling %.2g ms), %s read per step, %.4g GB/s",
 		r.Op, r.Model, r.Batch, r.PromptLen, r.New, r.DType, r.Device, info.Name, r.PrefillMs, r.PrefillTokensPerS,
 		r.DecodeMs, r.DecodeTokensPerS, r.SampleMs, formatBytes(r.BytesPerStep), r.GBs)

@@ -3,7 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/parallax-engine/parallax/engine"
@@ -14,8 +15,9 @@ Usage:
   parallax devices [--json]
 
 Lists every compute backend built into this program, the devices each one
-finds on this machine (ID, name, kind, memory, dtypes, features), or why a
-backend cannot run here. A device ID is what --device accepts elsewhere;
+finds on this machine (ID, name, kind, memory, dtypes, features, and the
+kernels each op family runs under the options the environment sets), or
+why a backend cannot run here. A device ID is what --device accepts elsewhere;
 "auto" picks CUDA first, then a discrete Vulkan GPU, then any Vulkan device,
 then the CPU.
 `
@@ -52,6 +54,7 @@ type deviceJSON struct {
 	MemoryBytes int64             `json:"memory_bytes"` // 0 when unknown
 	DTypes      []string          `json:"dtypes"`
 	Features    map[string]string `json:"features"`
+	Kernels     map[string]string `json:"kernels"` // op family -> the kernels it runs
 }
 
 type backendJSON struct {
@@ -73,9 +76,12 @@ func writeDevicesJSON(w io.Writer, list []engine.BackendStatus) error {
 		for _, d := range b.Devices {
 			dj := deviceJSON{ID: d.ID(), Backend: d.Backend, Index: d.Index, Name: d.Name,
 				Kind: d.Kind.String(), MemoryBytes: d.Memory, DTypes: dtypeNames(d.DTypes),
-				Features: map[string]string{}}
-			for k, v := range d.Features {
-				dj.Features[k] = v
+				Features: maps.Clone(d.Features), Kernels: maps.Clone(d.Kernels)}
+			if dj.Features == nil {
+				dj.Features = map[string]string{}
+			}
+			if dj.Kernels == nil {
+				dj.Kernels = map[string]string{}
 			}
 			bj.Devices = append(bj.Devices, dj)
 		}
@@ -107,13 +113,14 @@ func writeDevicesText(w io.Writer, list []engine.BackendStatus) {
 			fmt.Fprintf(w, "    kind:    %s\n", d.Kind)
 			fmt.Fprintf(w, "    memory:  %s\n", formatBytes(d.Memory))
 			fmt.Fprintf(w, "    dtypes:  %s\n", strings.Join(dtypeNames(d.DTypes), ", "))
-			keys := make([]string, 0, len(d.Features))
-			for k := range d.Features {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			for _, k := range keys {
+			for _, k := range slices.Sorted(maps.Keys(d.Features)) {
 				fmt.Fprintf(w, "    %s: %s\n", k, d.Features[k])
+			}
+			if len(d.Kernels) > 0 {
+				fmt.Fprintf(w, "    kernels:\n")
+				for _, k := range slices.Sorted(maps.Keys(d.Kernels)) {
+					fmt.Fprintf(w, "      %s: %s\n", k, d.Kernels[k])
+				}
 			}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/parallax-engine/parallax/model"
+	"github.com/parallax-engine/parallax/model/chat"
 	"github.com/parallax-engine/parallax/model/tokenizer"
 	"github.com/parallax-engine/parallax/train"
 )
@@ -35,7 +36,9 @@ const generateExamples = `
 func runGenerate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("generate", generateUsage, generateExamples, stdout)
 	dir := fs.String("model", "run", "model directory")
-	prompt := fs.String("prompt", "", "text to continue (required)")
+	prompt := fs.String("prompt", "", "text to continue (this or --prompt-file is required)")
+	promptFile := fs.String("prompt-file", "", "read the text to continue from a file (- for standard input)")
+	stops := fs.StringArray("stop", nil, "stop at this text (repeatable)")
 	maxTokens := fs.Int("max-tokens", 200, "tokens to generate at most")
 	temp := fs.Float64("temperature", 0.8, "sampling temperature (0: greedy)")
 	topK := fs.Int("top-k", 0, "sample from the K most likely tokens (0: all)")
@@ -50,9 +53,29 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	if err := noArgs(fs); err != nil {
 		return err
 	}
-	if *prompt == "" {
-		return usagef("--prompt is required")
+	if *promptFile != "" {
+		if *prompt != "" {
+			return usagef("give --prompt or --prompt-file, not both")
+		}
+		b, err := readInput(*promptFile)
+		if err != nil {
+			return err
+		}
+		*prompt = string(b)
 	}
+	if *prompt == "" {
+		return usagef("--prompt is required (or --prompt-file)")
+	}
+	for _, s := range *stops {
+		if s == "" {
+			return usagef("--stop wants a non-empty text")
+		}
+	}
+	gc, err := chat.LoadGenerationConfig(*dir)
+	if err != nil {
+		return err
+	}
+	applyGenerationConfig(gc, temp, topP, topK, fs.Changed)
 	// Every numeric flag is checked here, before the model loads: NaN
 	// passes any comparison, so each test is written to fail on it.
 	switch {
@@ -82,11 +105,12 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	if tok.VocabSize() > m.Config.Vocab {
 		return fmt.Errorf("tokenizer in %s has %d tokens but the model only %d: they do not belong together", *dir, tok.VocabSize(), m.Config.Vocab)
 	}
-	suppress := undecodable(tok, m.Config.Vocab, m.Config.EOS)
+	stop := stopIDs(m, gc, tok, "")
+	suppress := undecodable(tok, m.Config.Vocab, stop)
 	if len(suppress) == m.Config.Vocab {
 		return fmt.Errorf("the tokenizer in %s decodes none of the model's %d ids", *dir, m.Config.Vocab)
 	}
-	ids := tok.EncodeWithSpecials(*prompt)
+	ids := tok.EncodeHF(*prompt, true)
 	n := *maxTokens
 	if room := m.Config.MaxSeq - len(ids) + 1; n > room {
 		if room < 1 {
@@ -96,40 +120,23 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 		n = room
 	}
 	fmt.Fprint(stdout, *prompt)
-	var out []int
-	printed := ""
-	var decErr error
+	// Suppress keeps undecodable ids out, so a decoding error is a bug or
+	// a broken tokenizer: the stream decoder stops rather than go on
+	// printing nothing.
+	sd := newStreamDecoder(tok, *stops, stdout)
 	_, err = m.Generate(ids, n, model.GenerateOptions{
 		Sample:   model.SampleOptions{Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed},
+		Stop:     stop,
 		Suppress: suppress,
-	}, func(t int) bool {
-		out = append(out, t)
-		s, err := tok.Decode(out)
-		if err != nil {
-			// Suppress keeps undecodable ids out, so this is a bug or a
-			// broken tokenizer: stop rather than go on printing nothing.
-			decErr = fmt.Errorf("generated token %d (id %d): %w", len(out), t, err)
-			return false
-		}
-		if cut := completeRunes(s); cut > len(printed) {
-			fmt.Fprint(stdout, s[len(printed):cut])
-			printed = s[:cut]
-		}
-		return true
-	})
-	if decErr == nil {
-		// The tail an incomplete UTF-8 sequence held back.
-		if s, derr := tok.Decode(out); derr != nil {
-			decErr = fmt.Errorf("decode the generated tokens: %w", derr)
-		} else if len(s) > len(printed) {
-			fmt.Fprint(stdout, s[len(printed):])
-		}
+	}, sd.push)
+	if sd.err == nil {
+		sd.finish() // the tail an incomplete UTF-8 sequence held back
 	}
 	fmt.Fprintln(stdout)
 	if err != nil {
 		return err
 	}
-	return decErr
+	return sd.err
 }
 
 // completeRunes returns the length of s without a trailing incomplete UTF-8

@@ -44,6 +44,25 @@ A fresh run refuses an --out that holds another run's files (a checkpoint,
 metrics.jsonl, tokenizer.json, data/); --force removes them first. A run
 that fails before its first checkpoint removes what it created.
 
+Adaptation: --init DIR starts from the weights of a model directory (a
+checkpoint of ours or a Hugging Face Qwen3 folder, sharded or not, any
+stored float dtype) with a fresh optimizer and schedule; its config.json
+is the model's shape and its tokenizer the run's (unless --tokenizer).
+--convert-parallax adds W_R = 0 and its norm to a softmax model, so that
+step 0 computes exactly the softmax model; --probe-init-scale draws W_R
+instead, --probe-lr-scale scales the probe's learning rate and
+--probe-optimizer picks Muon or AdamW for W_R. --freeze takes glob patterns
+of parameter names ("!" excepts), e.g. --freeze '*,!*.r_proj.*,!*.r_norm.*'
+trains only the probe; frozen parameters get no update and no optimizer
+state. --config DIR alone reads only the shape and starts from random
+weights (it says so).
+
+--data FILE.jsonl takes {"text": ...} samples, or chat samples
+{"messages": [{"role", "content"}, ...]} rendered through the model's chat
+template with the loss on the assistant turns only; samples are packed
+whole into rows (see 'parallax data prepare', which also tokenizes large
+inputs ahead of training in one streaming pass).
+
 Data parallel: --nproc-per-node N starts N ranks on this node, one per GPU
 (cuda:0..N-1); a process started with torchrun-style variables (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or by srun joins the job
@@ -58,12 +77,15 @@ const trainExamples = `
   parallax train --attention softmax --optimizer adamw --lr 3e-3 --out runs/base
   parallax train --out runs/small --resume
   parallax train --config small --nproc-per-node 2 --batch 32 --out runs/dp
+  parallax train --init Qwen3-0.6B --convert-parallax --data chat.jsonl --steps 500 --out runs/sft
+  parallax train --init runs/base --convert-parallax --freeze '*,!*.r_proj.*,!*.r_norm.*' --out runs/probe
 `
 
 // runDefining lists the flags that define a run (not allowed with --resume).
 var runDefining = []string{"config", "data", "attention", "probe-gate", "optimizer", "batch", "seq", "accum",
 	"lr", "adamw-lr", "weight-decay", "adamw-weight-decay", "momentum", "muon-scale", "beta1", "beta2",
-	"schedule", "warmup", "decay-frac", "min-lr-ratio", "clip", "vocab", "tokenizer", "seed", "dtype"}
+	"schedule", "warmup", "decay-frac", "min-lr-ratio", "clip", "vocab", "tokenizer", "seed", "dtype",
+	"init", "convert-parallax", "probe-lr-scale", "probe-init-scale", "probe-optimizer", "freeze"}
 
 func runTrain(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("train", trainUsage, trainExamples, stdout)
@@ -73,6 +95,12 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.Data, "data", "", "training text: a file, a directory of *.txt, or a tokenized dataset (default: the embedded corpus)")
 	fs.StringVar(&cfg.Attention, "attention", "", "attention: parallax or softmax (default: the config's; presets are parallax)")
 	fs.BoolVar(&cfg.ProbeGate, "probe-gate", false, "the gate ablation: r = sigmoid(w_g . h) r per token and head (Parallax only)")
+	fs.StringVar(&cfg.Init, "init", "", "start from the weights of this model directory (ours or a Hugging Face Qwen3 one); its config and tokenizer come with it")
+	fs.BoolVar(&cfg.ConvertParallax, "convert-parallax", false, "with --init: add W_R = 0 to a softmax model, so step 0 computes exactly the softmax model")
+	fs.Float64Var(&cfg.ProbeInitScale, "probe-init-scale", 0, "with --convert-parallax: draw W_R from N(0, (s x 0.02)^2) instead of zero")
+	probeLR := fs.Float64("probe-lr-scale", 1, "multiply the learning rate of the probe (W_R, r_norm, r_gate) by this")
+	probeOpt := fs.String("probe-optimizer", "", "optimizer of W_R: muon or adamw (default: the run's, Muon under --optimizer muon)")
+	fs.StringSliceVar(&cfg.Freeze, "freeze", nil, "glob patterns of parameter names to leave untrained (\"!pattern\" excepts; e.g. '*,!*.r_proj.*,!*.r_norm.*')")
 	opt := fs.String("optimizer", train.OptMuon, "optimizer: muon (Muon + AdamW) or adamw")
 	fs.StringVar(&cfg.Device, "device", d.Device, "device: auto, cpu, vulkan:N, cuda:N")
 	fs.StringVar(&cfg.DType, "dtype", d.DType, "activation dtype: auto (bf16 on GPUs, f32 on the CPU), f32, bf16, f16")
@@ -116,6 +144,9 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := checkTrainFlags(fs); err != nil {
+		return err
+	}
+	if err := checkInitFlags(fs, cfg.Model, stderr); err != nil {
 		return err
 	}
 	if cfg.Resume {
@@ -173,6 +204,10 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		}
 	default:
 		return usagef("--optimizer %q: want muon or adamw", *opt)
+	}
+	o.Probe = train.ProbeOptim{LRScale: *probeLR, Optimizer: *probeOpt}
+	if *probeLR == 1 {
+		o.Probe.LRScale = 0 // the default: the probe's rate is the others'
 	}
 	cfg.Optim = o
 	cfg.Schedule = train.DefaultSchedule(cfg.Steps)

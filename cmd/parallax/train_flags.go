@@ -1,9 +1,15 @@
 package main
 
 import (
+	"fmt"
+	"io"
 	"math"
+	"os"
+	"path/filepath"
 
 	"github.com/spf13/pflag"
+
+	"github.com/parallax-engine/parallax/model"
 )
 
 // checkTrainFlags refuses every out-of-range value of train's flags (see
@@ -37,6 +43,8 @@ func checkTrainFlags(fs *pflag.FlagSet) error {
 		numFlag("peak-tflops").above(0),
 		numFlag("nproc-per-node").atLeast(1),
 		numFlag("bucket-mb").atLeast(0).atMost(1<<20),
+		numFlag("probe-lr-scale").above(0),
+		numFlag("probe-init-scale").atLeast(0).atMost(1e6),
 	)
 	if err != nil {
 		return err
@@ -45,4 +53,47 @@ func checkTrainFlags(fs *pflag.FlagSet) error {
 		return err
 	}
 	return checkModelConfigFlag(fs, "config")
+}
+
+// checkInitFlags checks the adaptation flags against each other: --config
+// cannot be combined with --init (the shape is the initial weights'), and
+// --config naming a path without --init starts from random weights, which
+// is said on stderr rather than done silently.
+func checkInitFlags(fs *pflag.FlagSet, config string, stderr io.Writer) error {
+	init := fs.Changed("init")
+	switch {
+	case init && fs.Changed("config"):
+		return usagef("--config and --init cannot be combined: the model's shape is the one of its initial weights (drop --config)")
+	case init && fs.Changed("attention"):
+		return usagef("--attention cannot change a model started from --init; --convert-parallax adds W_R to a softmax one")
+	case fs.Changed("convert-parallax") && !init:
+		return usagef("--convert-parallax converts initial weights: give them with --init DIR")
+	case fs.Changed("probe-init-scale") && !fs.Changed("convert-parallax"):
+		return usagef("--probe-init-scale sets the W_R that --convert-parallax adds")
+	}
+	if v := fs.Lookup("probe-optimizer").Value.String(); v != "" && v != "muon" && v != "adamw" {
+		return usagef("--probe-optimizer %q: want muon or adamw", v)
+	}
+	if init || !fs.Changed("config") {
+		return nil
+	}
+	if _, err := model.PresetConfig(config); err == nil {
+		return nil
+	}
+	dir := config
+	if st, err := os.Stat(config); err == nil && !st.IsDir() {
+		dir = filepath.Dir(config)
+	}
+	weights := false
+	for _, name := range []string{model.WeightsFile, model.IndexFile} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			weights = true
+		}
+	}
+	if weights {
+		fmt.Fprintf(stderr, "parallax train: warning: --config %s reads only the model's shape: training starts from RANDOM weights, not from the weights in %s (use --init %s to start from them)\n", config, dir, dir)
+	} else {
+		fmt.Fprintf(stderr, "parallax train: note: --config %s gives the model's shape; training starts from random weights\n", config)
+	}
+	return nil
 }

@@ -22,7 +22,7 @@ const (
 func attnBlockRows(g int) int { return max(1, attnRows/max(g, 1)) }
 
 // partial is the streaming state of one query row over some of its keys
-// (spec section 3): the running maximum m of the scaled scores s, and with
+// (docs/MATH.md section 3): the running maximum m of the scaled scores s, and with
 // p~ = exp(s - m), d1 = sum p~, d2 = sum p~ t, o1 = sum p~ v, o2 = sum p~ t v.
 // o2 is nil for softmax attention (t = 0). A state that has seen no key has
 // m = -Inf and d1 = 0.
@@ -241,7 +241,7 @@ func attnDynamic[W any](d *Device, n int, newW func(id int) W, fn func(w W, item
 func attnRowBlock(qb, bq, lq int) (i0, i1 int) { return qb * bq, min((qb+1)*bq, lq) }
 
 // Attention is the streaming (FlashAttention-style) forward of softmax or
-// Parallax attention, spec sections 2-3. Work items are (batch, KV head,
+// Parallax attention, docs/MATH.md sections 2-3. Work items are (batch, KV head,
 // block of query positions) over all G heads of the group, the longest
 // (latest causal) blocks first.
 func (d *Device) Attention(a engine.AttentionArgs) error {

@@ -7,7 +7,7 @@ import (
 )
 
 // AttentionBackward computes dQ, dK, dV (and dR for Parallax) of
-// L = sum(o * dO), spec section 4, in three passes that never hold more than
+// L = sum(o * dO), docs/MATH.md section 4, in three passes that never hold more than
 // one tile of the Lq x Lk probabilities per worker:
 //
 //  1. per row, T = g.o and Bv = g.vbar (g = dO; softmax: T only);

@@ -4,7 +4,7 @@ import (
 	"github.com/parallax-engine/parallax/engine"
 )
 
-// Linear attention, the uniform-weight branch of the family (spec section
+// Linear attention, the uniform-weight branch of the family (docs/MATH.md section
 // 6), in its streaming form. A query row only needs sums over its visible
 // keys, S = sum v k^T, sk = sum k, sv = sum v and their count n:
 //

@@ -7,7 +7,7 @@ import (
 	"github.com/parallax-engine/parallax/engine"
 )
 
-// LLA is exact local linear attention (spec section 5), one query row per
+// LLA is exact local linear attention (docs/MATH.md section 5), one query row per
 // work item, in float64 throughout (the inputs are widened; O(Lk D + D^2)
 // scratch per worker). Per row: w = exp(s - m) over the visible keys,
 // omega = sum w, mu = sum w (k - q), Sig = sum w (k - q)(k - q)^T +

@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"fmt"
+
 	"github.com/parallax-engine/parallax/engine"
 )
 
@@ -63,6 +65,33 @@ func (d *Device) KVAppend(cache, x *engine.Tensor, start int) error {
 	d.parallelMin(b*h, max(1, elemChunk/max(block, 1)), func(lo, hi int) {
 		for bh := lo; bh < hi; bh++ {
 			copyElems(cv, (bh*capacity+start)*dim, xv, bh*block, block)
+		}
+	})
+	return nil
+}
+
+// KVAppendAt writes x [B, H, n, D] into cache [B, H, Cap, D] at positions
+// starts[b]..starts[b]+n-1 of each sequence; see engine.Ops.
+func (d *Device) KVAppendAt(cache, x, starts *engine.Tensor) error {
+	b, h, n, capacity, dim, err := engine.CheckKVAppendAt(cache, x, starts)
+	if err != nil {
+		return err
+	}
+	if err := d.own("kv append at", cache, x, starts); err != nil {
+		return err
+	}
+	st := starts.Storage().([]int32)
+	for i, s := range st {
+		if s < 0 || int(s)+n > capacity {
+			return &engine.ArgError{Op: "kv append at", Operand: "starts",
+				Msg: fmt.Sprintf("starts[%d] = %d: positions %d..%d do not fit a cache of capacity %d", i, s, s, int(s)+n-1, capacity)}
+		}
+	}
+	cv, xv := viewOf(cache), viewOf(x)
+	block := n * dim
+	d.parallelMin(b*h, max(1, elemChunk/max(block, 1)), func(lo, hi int) {
+		for bh := lo; bh < hi; bh++ {
+			copyElems(cv, (bh*capacity+int(st[bh/h]))*dim, xv, bh*block, block)
 		}
 	})
 	return nil

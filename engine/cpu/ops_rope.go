@@ -6,7 +6,8 @@ import (
 	"github.com/parallax-engine/parallax/engine"
 )
 
-// RoPE rotates (x_i, x_{i+D/2}) by pos[l] * theta^(-2i/D); see engine.Ops.
+// RoPE rotates (x_i, x_{i+D/2}) by pos[l] * theta^(-2i/D) (pos[b, l] with
+// per-sequence positions); see engine.Ops.
 func (d *Device) RoPE(out, x, pos *engine.Tensor, theta float32) error {
 	return d.rope("rope", out, x, pos, theta, false)
 }
@@ -18,7 +19,8 @@ func (d *Device) RoPEBackward(dX, dOut, pos *engine.Tensor, theta float32) error
 
 // rope rotates every [D] row of x into out (which may alias x); inverse
 // negates the angles. The angles are computed in float64 and their cosines
-// and sines once per (position, pair).
+// and sines once per (position, pair): per (l, pair) for pos [L], per
+// (b, l, pair) for per-sequence pos [B, L].
 func (d *Device) rope(op string, out, x, pos *engine.Tensor, theta float32, inverse bool) error {
 	b, h, l, dim, err := engine.CheckRoPE(out, x, pos)
 	if err != nil {
@@ -35,14 +37,15 @@ func (d *Device) rope(op string, out, x, pos *engine.Tensor, theta float32, inve
 		return nil
 	}
 	p := ints(pos)
+	np := len(p) // l, or b*l with per-sequence positions
 	inv := engine.RoPEFrequencies(theta, dim)
-	cs := make([]float32, l*half)
-	sn := make([]float32, l*half)
+	cs := make([]float32, np*half)
+	sn := make([]float32, np*half)
 	sign := 1.0
 	if inverse {
 		sign = -1
 	}
-	d.parallelMin(l, max(1, 4096/half), func(lo, hi int) {
+	d.parallelMin(np, max(1, 4096/half), func(lo, hi int) {
 		for li := lo; li < hi; li++ {
 			for i, f := range inv {
 				s, c := math.Sincos(float64(p[li]) * f)
@@ -58,6 +61,9 @@ func (d *Device) rope(op string, out, x, pos *engine.Tensor, theta float32, inve
 		obuf := make([]float32, dim)
 		for r := lo; r < hi; r++ {
 			li := r % l
+			if np != l {
+				li += r / (h * l) * l // sequence r / (h l)'s positions
+			}
 			c := cs[li*half : (li+1)*half]
 			s := sn[li*half : (li+1)*half]
 			xr := xv.read(xbuf, r*dim, (r+1)*dim)

@@ -5,8 +5,6 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"os"
-	"strconv"
 	"strings"
 
 	"github.com/parallax-engine/parallax/engine"
@@ -223,11 +221,14 @@ func (d *Device) attnDkvTMA(a engine.AttentionBackwardArgs, dm engine.AttnDims, 
 }
 
 // wgmma reports whether the Hopper kernels of attention_wgmma.cu are
-// compiled for this device (sm_90a) and not switched off with
-// PARALLAX_CUDA_WGMMA=0.
+// compiled for this device (sm_90a) and not switched off (Options.NoWGMMA).
 func (d *Device) wgmma() bool {
-	return d.g.hasWgmma() && os.Getenv("PARALLAX_CUDA_WGMMA") != "0"
+	return d.g.hasWgmma() && !d.opts.NoWGMMA
 }
+
+// tma reports whether the wgmma kernels may load through tensor maps: the
+// driver encodes them and Options.NoTMA is off.
+func (d *Device) tma() bool { return hasTensorMaps() && !d.opts.NoTMA }
 
 func fwdBN(d int) int {
 	if d >= 128 {
@@ -275,7 +276,7 @@ func warpRows(rows int) [3]int { return [3]int{max(1, (rows+3)/4), 1, 1} }
 
 var threads128 = [3]int{128, 1, 1}
 
-// Attention is the streaming forward (spec sections 2-3).
+// Attention is the streaming forward (docs/MATH.md sections 2-3).
 func (d *Device) Attention(a engine.AttentionArgs) error {
 	dims, err := engine.CheckAttention(a)
 	if err != nil {
@@ -302,16 +303,16 @@ func (d *Device) Attention(a engine.AttentionArgs) error {
 		}
 		// 64-key tiles: since the kernels' leaner elementwise step they
 		// measured faster than 128 at D = 64 and 128, softmax and Parallax
-		// (H200); PARALLAX_CUDA_FWD_BN=128 takes 128 (Parallax at D = 128
-		// has no registers for them).
+		// (H200); Options.ForwardKeyTile = 128 takes 128 (Parallax at
+		// D = 128 has no registers for them).
 		name, bn := fmt.Sprintf("attn_fwd_wgmma_d%d_%s", dims.D, kind(px)), wfwdBN
-		if os.Getenv("PARALLAX_CUDA_FWD_BN") == "128" && (!px || dims.D == 64) {
+		if d.opts.ForwardKeyTile == 128 && (!px || dims.D == 64) {
 			name, bn = fmt.Sprintf("attn_fwd_wgmma_d%d_bn128_%s", dims.D, kind(px)), 128
 		}
 		smem := wrowSmem(dims.D, nq, bn, px)
-		// TMA K/V loads unless PARALLAX_CUDA_FWD=cp.async (or no tensor
-		// maps).
-		if os.Getenv("PARALLAX_CUDA_FWD") != "cp.async" && hasTensorMaps() {
+		// TMA K/V loads unless Options.ForwardLoads is cp.async (or no
+		// tensor maps).
+		if d.opts.ForwardLoads != "cp.async" && d.tma() {
 			return d.attnFwdTMA(a, dims, strings.Replace(name, "_wgmma_", "_tma_", 1), wfwdTMASmem(dims.D, bn, px))
 		}
 		return d.launch(wgmmaMod, name,
@@ -322,7 +323,7 @@ func (d *Device) Attention(a engine.AttentionArgs) error {
 	if allBF16(a.Q, a.K, a.V, a.R, a.O, a.Vbar) && mmaD(dims.D) {
 		D, bn := dims.D, fwdBN(dims.D)
 		name := fmt.Sprintf("attn_fwd_mma_d%d_%s", D, kind(px))
-		if D == 128 && os.Getenv("PARALLAX_CUDA_FWD_BN") != "32" {
+		if D == 128 && d.opts.ForwardKeyTile != 32 {
 			// 64-key tiles measured 8-10% faster than 32 on the H200
 			// despite a few spilled registers in the Parallax variant.
 			name, bn = "attn_fwd_mma_d128_bn64_"+kind(px), 64
@@ -358,7 +359,7 @@ func (d *Device) attnSIMT(q, r, k, v, o, vbar, lse, tbar *engine.Tensor, B, Hq, 
 
 // AttentionBackward computes dQ, dK, dV (and dR): a row pre-pass T = g.o,
 // Bv = g.vbar, then a row-parallel dq/dr kernel and a column-parallel
-// dk/dv kernel (spec section 4).
+// dk/dv kernel (docs/MATH.md section 4).
 func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 	dims, err := engine.CheckAttentionBackward(a)
 	if err != nil {
@@ -385,13 +386,13 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 	}
 	bf16 := allBF16(a.Q, a.K, a.V, a.R, a.O, a.DO, a.Vbar, a.DQ, a.DK, a.DV, a.DR)
 	// On Hopper: wgmma dq/dr and dk/dv kernels fed by TMA (Parallax at
-	// D = 128: dq/dr by cp.async); PARALLAX_CUDA_BWD=split takes the
-	// mma.sync dq/dr kernel instead, =fused the one-kernel backward with
-	// f32 dq/dr reductions (attnBwdFused), =wgmma the two wgmma kernels
-	// with cp.async loads, =tma the TMA kernels for both.
-	mode := os.Getenv("PARALLAX_CUDA_BWD")
+	// D = 128: dq/dr by cp.async); Options.Backward "split" takes the
+	// mma.sync dq/dr kernel instead, "fused" the one-kernel backward with
+	// f32 dq/dr reductions (attnBwdFused), "wgmma" the two wgmma kernels
+	// with cp.async loads, "tma" the TMA kernels for both.
+	mode := d.opts.Backward
 	hopper := bf16 && d.wgmma() && (D == 64 || D == 128)
-	tma := hopper && (mode == "" || mode == "tma") && hasTensorMaps()
+	tma := hopper && (mode == "" || mode == "tma") && d.tma()
 	// T and Bv, then (TMA) the packed row statistics, 256-byte aligned
 	packed := (int64(rows)*8 + 255) &^ 255
 	n := int64(rows) * 8
@@ -436,7 +437,7 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 			return newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.K)).p(ptr(a.V)).p(ptr(a.DO)).p(ptr(a.LSE)).p(T).p(Bv).p(ptr(a.Tbar))
 		}
 		var err error
-		dq32 := D == 128 && os.Getenv("PARALLAX_CUDA_DQ_BN") == "32"
+		dq32 := D == 128 && d.opts.DQKeyTile == 32
 		// The TMA dq kernel measured 3-4% slower for Parallax at D = 128
 		// (H200, B8 L2048 .. B1 L16384), faster elsewhere; =tma forces it.
 		if tma && !dq32 && (mode == "tma" || !(px && D == 128)) {
@@ -486,11 +487,11 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 // blocks fit on a multiprocessor, so heads x splits is kept within one
 // wave of 2 x SMs blocks (a second, partly filled wave would cost as much
 // as the first), with chunks of at least minKeys keys
-// (PARALLAX_CUDA_DECODE_SPLIT_KEYS, default 128) and at most 64 chunks.
+// (Options.DecodeSplitKeys, default 128) and at most 64 chunks.
 func (d *Device) decodeSplits(heads, capacity int) int {
 	minKeys := 128
-	if v, err := strconv.Atoi(os.Getenv("PARALLAX_CUDA_DECODE_SPLIT_KEYS")); err == nil && v >= decKeys {
-		minKeys = v
+	if d.opts.DecodeSplitKeys >= decKeys {
+		minKeys = d.opts.DecodeSplitKeys
 	}
 	s := 2 * d.g.sms / max(heads, 1)
 	s = min(s, (capacity+minKeys-1)/minKeys, 64)
@@ -503,6 +504,7 @@ func (d *Device) decodeSplits(heads, capacity int) int {
 // its own, so a call needs no memset.
 func (d *Device) decodeScratch(n, m int) (part, cnt uint64, err error) {
 	if d.decPart == nil || d.decPart.size < int64(n)*4 {
+		d.scratchGen++
 		if d.decPart != nil {
 			d.alloc.put(d.decPart)
 		}
@@ -512,6 +514,7 @@ func (d *Device) decodeScratch(n, m int) (part, cnt uint64, err error) {
 		}
 	}
 	if d.decCnt == nil || d.decCnt.size < int64(m)*4 {
+		d.scratchGen++
 		if d.decCnt != nil {
 			d.alloc.put(d.decCnt)
 		}

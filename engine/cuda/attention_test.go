@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/parallax-engine/parallax/engine"
 	"github.com/parallax-engine/parallax/engine/cpu"
+	"github.com/parallax-engine/parallax/engine/cuda"
 	"github.com/parallax-engine/parallax/engine/enginetest"
 )
 
@@ -150,11 +150,16 @@ func TestTensorCoreAttention(t *testing.T) {
 				// 64- and 128-key-tile variants, each also with cp.async
 				// loads, and the mma.sync kernels (64- and, for D = 128,
 				// 32-key tiles).
-				type variant struct{ name, wgmma, bn, fwd string }
-				variants := []variant{{"o mma", "0", "", ""}, {"o bn64", "", "64", ""}, {"o bn128", "", "128", ""},
-					{"o cp.async bn64", "", "64", "cp.async"}, {"o cp.async bn128", "", "128", "cp.async"}}
+				type variant struct {
+					name string
+					opts cuda.Options
+				}
+				variants := []variant{{"o mma", cuda.Options{NoWGMMA: true}}, {"o bn64", cuda.Options{ForwardKeyTile: 64}},
+					{"o bn128", cuda.Options{ForwardKeyTile: 128}},
+					{"o cp.async bn64", cuda.Options{ForwardKeyTile: 64, ForwardLoads: "cp.async"}},
+					{"o cp.async bn128", cuda.Options{ForwardKeyTile: 128, ForwardLoads: "cp.async"}}}
 				if c.D == 128 {
-					variants = append(variants, variant{"o bn32", "0", "32", ""})
+					variants = append(variants, variant{"o bn32", cuda.Options{NoWGMMA: true, ForwardKeyTile: 32}})
 				}
 				for _, vr := range variants {
 					ov := w.zeros(dt, qs...)
@@ -162,13 +167,9 @@ func TestTensorCoreAttention(t *testing.T) {
 					if px {
 						a.R = r.g
 					}
-					t.Setenv("PARALLAX_CUDA_WGMMA", vr.wgmma)
-					t.Setenv("PARALLAX_CUDA_FWD_BN", vr.bn)
-					t.Setenv("PARALLAX_CUDA_FWD", vr.fwd)
+					setOptions(t, gpu, vr.opts)
 					err := gpu.Attention(a)
-					os.Unsetenv("PARALLAX_CUDA_WGMMA")
-					os.Unsetenv("PARALLAX_CUDA_FWD_BN")
-					os.Unsetenv("PARALLAX_CUDA_FWD")
+					setOptions(t, gpu, cuda.Options{})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -202,12 +203,14 @@ func TestTensorCoreAttention(t *testing.T) {
 					}
 					return p.c
 				}, dq, dk, dv, dr)
-				for _, vr := range []struct{ name, wgmma, bwd, dqbn string }{
-					{"", "", "", ""}, {" wgmma", "", "wgmma", ""}, {" tma", "", "tma", ""}, {" dq32", "", "", "32"}, {" fused", "", "fused", ""},
-					{" split", "", "split", ""}, {" mma", "0", "", ""}} {
-					t.Setenv("PARALLAX_CUDA_WGMMA", vr.wgmma)
-					t.Setenv("PARALLAX_CUDA_BWD", vr.bwd)
-					t.Setenv("PARALLAX_CUDA_DQ_BN", vr.dqbn)
+				for _, vr := range []struct {
+					name string
+					opts cuda.Options
+				}{
+					{"", cuda.Options{}}, {" wgmma", cuda.Options{Backward: "wgmma"}}, {" tma", cuda.Options{Backward: "tma"}},
+					{" dq32", cuda.Options{DQKeyTile: 32}}, {" fused", cuda.Options{Backward: "fused"}},
+					{" split", cuda.Options{Backward: "split"}}, {" mma", cuda.Options{NoWGMMA: true}}} {
+					setOptions(t, gpu, vr.opts)
 					gq, gk, gv, gr := grads()
 					back(gpu, func(p pair) *engine.Tensor { return p.g }, gq, gk, gv, gr)
 					w.check("dq"+vr.name, pair{gq.g, dq.c}, tol)
@@ -278,4 +281,14 @@ func TestTensorCoreDecode(t *testing.T) {
 			})
 		}
 	}
+}
+
+// setOptions gives gpu the kernel options o, and its defaults back when
+// the test ends.
+func setOptions(t *testing.T, gpu *cuda.Device, o cuda.Options) {
+	t.Helper()
+	if err := gpu.SetOptions(o); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gpu.SetOptions(cuda.Options{}) })
 }

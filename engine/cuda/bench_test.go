@@ -83,7 +83,7 @@ func alloc(t *testing.T, d *cuda.Device, dt engine.DType, seed uint32, scale flo
 	x, err := d.Alloc(dt, shape...)
 	must(t, err)
 	if scale != 0 {
-		must(t, d.RandomFill(x, seed, scale))
+		must(t, cuda.RandomFill(d, x, seed, scale))
 	}
 	return x
 }
@@ -116,7 +116,7 @@ func benchDecode(t *testing.T, d *cuda.Device, emit func(map[string]any)) {
 					if px {
 						a.R, name = r, "parallax"
 					}
-					ms, err := d.Median(3, 30, d.FlushL2, func() error { return d.DecodeAttention(a) })
+					ms, err := cuda.Median(d, 3, 30, func() error { return cuda.FlushL2(d) }, func() error { return d.DecodeAttention(a) })
 					must(t, err)
 					us := ms * 1e3
 					gbs := bytes / (ms * 1e-3) / 1e9
@@ -127,7 +127,7 @@ func benchDecode(t *testing.T, d *cuda.Device, emit func(map[string]any)) {
 				for _, x := range []*engine.Tensor{q, r, k, v, o, lens} {
 					d.Free(x)
 				}
-				must(t, d.ReleaseCache())
+				must(t, cuda.ReleaseCache(d))
 			}
 		}
 	}
@@ -156,8 +156,12 @@ func benchDecodeSplits(t *testing.T, d *cuda.Device, emit func(map[string]any)) 
 			a := engine.DecodeArgs{Q: q, R: r, KCache: k, VCache: v, Lens: lens, O: o}
 			line := fmt.Sprintf("%3d %6d", B, L)
 			for _, keys := range []int{64, 128, 256, 512, 1024} {
-				os.Setenv("PARALLAX_CUDA_DECODE_SPLIT_KEYS", strconv.Itoa(keys))
-				ms, err := d.Median(3, 30, d.FlushL2, func() error { return d.DecodeAttention(a) })
+				o := d.Options()
+				o.DecodeSplitKeys = keys
+				must(t, d.SetOptions(o))
+				ms, err := cuda.Median(d, 3, 30, func() error { return cuda.FlushL2(d) }, func() error { return d.DecodeAttention(a) })
+				o.DecodeSplitKeys = 0
+				must(t, d.SetOptions(o))
 				must(t, err)
 				line += fmt.Sprintf(" %8.2f", ms*1e3)
 				emit(map[string]any{"bench": "decode_split_sweep", "B": B, "L": L, "split_keys": keys, "us": ms * 1e3})
@@ -166,7 +170,7 @@ func benchDecodeSplits(t *testing.T, d *cuda.Device, emit func(map[string]any)) 
 			for _, x := range []*engine.Tensor{q, r, k, v, o, lens} {
 				d.Free(x)
 			}
-			must(t, d.ReleaseCache())
+			must(t, cuda.ReleaseCache(d))
 		}
 	}
 }
@@ -267,20 +271,27 @@ func benchPrefill(t *testing.T, d *cuda.Device, emit func(map[string]any)) {
 		for _, x := range []*engine.Tensor{q, k, v, r, g, o, vb, dq, dk, dv, dr, lse, tb} {
 			d.Free(x)
 		}
-		must(t, d.ReleaseCache())
+		must(t, cuda.ReleaseCache(d))
 	}
 }
 
-// medianWith is f's median time in ms (2 warm-up runs, 10 timed) with the
-// environment variables env (name, value, ...) set, which it unsets after.
+// medianWith is f's median time in ms (2 warm-up runs, 10 timed) under
+// the kernel options the overrides env (name, value, ...) set; the
+// device's own options are restored after.
 func medianWith(t *testing.T, d *cuda.Device, f func() error, env ...string) float64 {
-	for i := 0; i+1 < len(env); i += 2 {
-		os.Setenv(env[i], env[i+1])
-	}
-	ms, err := d.Median(2, 10, nil, f)
-	for i := 0; i+1 < len(env); i += 2 {
-		os.Unsetenv(env[i])
-	}
+	o, err := cuda.ParseOptions(func(name string) string {
+		for i := 0; i+1 < len(env); i += 2 {
+			if env[i] == name {
+				return env[i+1]
+			}
+		}
+		return ""
+	})
+	must(t, err)
+	prev := d.Options()
+	must(t, d.SetOptions(o))
+	defer d.SetOptions(prev)
+	ms, err := cuda.Median(d, 2, 10, nil, f)
 	must(t, err)
 	return ms
 }

@@ -61,6 +61,9 @@ func (d *Device) MatMul(out, a, b *engine.Tensor, o engine.MatMulOpts) error {
 	at, bt, ot := a.DType(), b.DType(), out.DType()
 	direct := at == bt && (at == engine.F32 && ot == engine.F32 || at != engine.F32 && (ot == at || ot == engine.F32))
 	if direct {
+		if ok, err := d.gemv(dims, o, out, a, b); ok {
+			return err
+		}
 		return d.gemm(dims, o, ptr(a), ptr(b), ptr(out), at, ot)
 	}
 	// Widen whatever is not f32, multiply in f32, narrow the result.

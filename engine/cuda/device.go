@@ -8,7 +8,6 @@ import "C"
 import (
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"sync"
 	"unsafe"
@@ -17,6 +16,15 @@ import (
 )
 
 func init() { engine.Register(backend{}) }
+
+// What a CUDA device offers: every op, and the optional capabilities
+// (besides these, engine.Timer in timing.go, engine.Profiler in profile.go,
+// engine.MemoryReporter in meminfo.go, engine.MultiTensorOps in multi.go and
+// engine.GraphRecorder in graph.go).
+var (
+	_ engine.Device      = (*Device)(nil)
+	_ engine.Collectives = (*Device)(nil)
+)
 
 type backend struct{}
 
@@ -126,7 +134,7 @@ func (g gpu) peakTFLOPs() float64 {
 	return perSM * float64(g.sms) * clock / 1e12
 }
 
-func (g gpu) info() engine.DeviceInfo {
+func (g gpu) info(o Options) engine.DeviceInfo {
 	bw := float64(g.memClockKHz) * 1e3 * 2 * float64(g.busWidth) / 8 / 1e9
 	return engine.DeviceInfo{
 		Backend: "cuda", Index: g.ordinal, Name: g.name, Kind: engine.KindDiscreteGPU, Memory: g.mem,
@@ -142,8 +150,9 @@ func (g gpu) info() engine.DeviceInfo {
 			"driver":             fmt.Sprintf("%d.%d", g.driver/1000, g.driver%1000/10),
 			"nvrtc":              fmt.Sprintf("%d.%d", g.nvrtcVersion[0], g.nvrtcVersion[1]),
 			"compute":            "bf16/f16 tensor cores with f32 accumulation; f32 exact (no TF32)",
-			"attention path":     g.attentionPath(),
+			"attention path":     g.attentionPath(o),
 		},
+		Kernels: o.kernels(g.hasWgmma(), hasTensorMaps()),
 	}
 }
 
@@ -153,10 +162,10 @@ func (g gpu) hasWgmma() bool {
 	return archFor(g.ccMajor, g.ccMinor, g.nvrtcVersion[0], nil) == "sm_90a"
 }
 
-// attentionPath names the bf16 attention kernels this GPU runs.
-func (g gpu) attentionPath() string {
+// attentionPath names the bf16 attention kernels this GPU runs under o.
+func (g gpu) attentionPath(o Options) string {
 	if g.hasWgmma() {
-		if os.Getenv("PARALLAX_CUDA_WGMMA") == "0" {
+		if o.NoWGMMA {
 			return "mma.sync (wgmma switched off by PARALLAX_CUDA_WGMMA=0)"
 		}
 		return "wgmma forward and backward (bf16, D 64/128) + mma.sync decode and other head sizes"
@@ -169,14 +178,31 @@ func (backend) Devices() ([]engine.DeviceInfo, error) {
 	if err != nil {
 		return nil, err
 	}
+	o, err := optionsFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	out := make([]engine.DeviceInfo, len(gs))
 	for i, g := range gs {
-		out[i] = g.info()
+		out[i] = g.info(o)
 	}
 	return out, nil
 }
 
 func (backend) Open(index int) (engine.Device, error) {
+	o, err := optionsFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	return OpenWith(index, o)
+}
+
+// OpenWith opens cuda:index with kernel options o instead of the ones the
+// environment sets (engine.Open("cuda:N") reads those).
+func OpenWith(index int, o Options) (*Device, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
 	gs, err := listGPUs()
 	if err != nil {
 		return nil, err
@@ -184,7 +210,23 @@ func (backend) Open(index int) (engine.Device, error) {
 	if index < 0 || index >= len(gs) {
 		return nil, fmt.Errorf("cuda has %d device(s), not cuda:%d: %w", len(gs), index, engine.ErrNoDevice)
 	}
-	return open(gs[index])
+	return open(gs[index], o)
+}
+
+// Options returns the device's kernel choices.
+func (d *Device) Options() Options { return d.opts }
+
+// SetOptions replaces the device's kernel choices (for tests and
+// benchmarks that compare kernels on one device); ops enqueued afterwards
+// use them. It fails, changing nothing, on an invalid choice.
+func (d *Device) SetOptions(o Options) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	d.opts = o
+	d.info.Kernels = o.kernels(d.g.hasWgmma(), hasTensorMaps())
+	d.info.Features["attention path"] = d.g.attentionPath(o)
+	return nil
 }
 
 // Device is one GPU: its primary context, one stream on which every op is
@@ -198,6 +240,7 @@ func (backend) Open(index int) (engine.Device, error) {
 // (one at a time, as engine.Device requires).
 type Device struct {
 	g               gpu
+	opts            Options // kernel choices (options.go)
 	info            engine.DeviceInfo
 	ctx             C.CUcontext
 	stream          C.CUstream
@@ -210,11 +253,13 @@ type Device struct {
 	decPart, decCnt *buffer // decode split partials and completion counters
 	prof            profiler
 	mt              map[string]*mtTable // multi-tensor tables by content (multi.go)
+	rec             *recording          // the graph being recorded (graph.go)
+	scratchGen      uint64              // bumped when a persistent scratch is reallocated (stales graphs)
 	closed          bool
 }
 
-func open(g gpu) (*Device, error) {
-	d := &Device{g: g, info: g.info(), algos: map[C.pxcu_gemm]ltAlgo{}}
+func open(g gpu, o Options) (*Device, error) {
+	d := &Device{g: g, opts: o, info: g.info(o), algos: map[C.pxcu_gemm]ltAlgo{}}
 	if r := C.pxcu_ctx_retain(&d.ctx, g.dev); r != 0 {
 		return nil, cuErr("cuDevicePrimaryCtxRetain", r)
 	}
@@ -298,6 +343,9 @@ func (d *Device) Write(t *engine.Tensor, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
+	if d.rec != nil {
+		return d.refuse("write")
+	}
 	return d.memOp("memcpy HtoD", int64(len(src)), func() C.CUresult {
 		return C.pxcu_htod(d.ctx, C.CUdeviceptr(ptr(t)), unsafe.Pointer(&src[0]), C.size_t(len(src)), d.stream)
 	})
@@ -322,6 +370,9 @@ func (d *Device) Read(t *engine.Tensor, dst []byte) error {
 	if len(dst) != t.Bytes() {
 		return fmt.Errorf("cuda read %v: got a %d-byte buffer, want %d", t, len(dst), t.Bytes())
 	}
+	if d.rec != nil {
+		return d.refuse("read")
+	}
 	if len(dst) == 0 {
 		return d.Sync()
 	}
@@ -335,6 +386,9 @@ func (d *Device) Read(t *engine.Tensor, dst []byte) error {
 // a CUDA error, or a condition a kernel detected (an out-of-range token id,
 // an invalid cache length, a singular LLA system).
 func (d *Device) Sync() error {
+	if d.rec != nil {
+		return d.refuse("sync")
+	}
 	if err := cuErr("stream synchronize", C.pxcu_stream_sync(d.ctx, d.stream)); err != nil {
 		return err
 	}
@@ -365,6 +419,8 @@ func kernelErr(e [4]int32) error {
 		return &engine.ArgError{Op: "decode attention", Operand: "lens", Msg: fmt.Sprintf("lens[%d] = %d is outside [Lq, capacity %d]", e[1], e[2], e[3])}
 	case 3:
 		return &engine.ArgError{Op: "lla", Msg: fmt.Sprintf("row %d (position %d): the %d x %d system is singular (omega - mu.rho* <= 1e-9 omega, or the output is not finite)", e[1], e[2], e[3], e[3])}
+	case 5:
+		return &engine.ArgError{Op: "kv append at", Operand: "starts", Msg: fmt.Sprintf("starts[%d] = %d is outside [0, capacity %d - n]", e[1], e[2], e[3])}
 	case 4:
 		return &engine.ArgError{Op: "cross entropy", Operand: "targets", Msg: fmt.Sprintf("target %d of row %d is outside [0, %d) and not the ignore index", e[1], e[2], e[3])}
 	}

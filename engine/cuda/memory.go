@@ -85,6 +85,11 @@ func (a *allocator) put(b *buffer) {
 		return
 	}
 	b.freed = true
+	if a.d != nil && a.d.rec != nil {
+		// A graph being recorded may address it: kept until the graph is freed.
+		a.d.rec.held = append(a.d.rec.held, b)
+		return
+	}
 	a.live -= b.size
 	a.cached += b.size
 	a.free[b.size] = append(a.free[b.size], b)

@@ -337,6 +337,14 @@ func (a *args) tmap(m *tensorMap) *args {
 	return a
 }
 
+// blob appends a struct passed by value, laid out by the caller, at the
+// struct's alignment.
+func (a *args) blob(b []byte, alignment int) *args {
+	a.align(alignment)
+	a.b = append(a.b, b...)
+	return a
+}
+
 func newArgs() *args { return &args{b: make([]byte, 0, 128)} }
 
 // tensorMap is a CUtensorMap: what the TMA unit needs to copy boxes of a
@@ -352,10 +360,10 @@ const (
 	tmSwizzle128 = 3
 )
 
-// hasTensorMaps reports whether the driver encodes tensor maps and they
-// are not switched off with PARALLAX_CUDA_TMA=0.
+// hasTensorMaps reports whether the driver encodes tensor maps (a device
+// uses them unless Options.NoTMA: Device.tma).
 func hasTensorMaps() bool {
-	return C.pxcu_has_tensor_map() != 0 && os.Getenv("PARALLAX_CUDA_TMA") != "0"
+	return C.pxcu_has_tensor_map() != 0
 }
 
 // newTensorMap encodes a tiled tensor map of a rank-dimensional tensor at

@@ -201,7 +201,8 @@ func (d *Device) RMSNormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor) error 
 	return d.launch(ew, "add_f32", grid1(int64(n)), threads256, 0, newArgs().p(ptr(dW)).i(dt(dW)).p(acc.ptr).l(int64(n)))
 }
 
-// RoPE rotates pairs of x into out (which may alias x).
+// RoPE rotates pairs of x into out (which may alias x); pos is [L] or
+// per-sequence [B, L].
 func (d *Device) RoPE(out, x, pos *engine.Tensor, theta float32) error {
 	return d.rope("rope", out, x, pos, theta, false)
 }
@@ -222,6 +223,12 @@ func (d *Device) rope(op string, out, x, pos *engine.Tensor, theta float32, inve
 	inv := 0
 	if inverse {
 		inv = 1
+	}
+	if pos.Rank() == 2 {
+		// Per-sequence positions pos [B, L] (shaders/cuda/ragged.cu): one
+		// thread per (row, pair).
+		return d.launch("ragged", "rope_seq", grid1(int64(b)*int64(h)*int64(l)*int64(dim/2)), threads256, 0,
+			newArgs().p(ptr(out)).i(dt(out)).p(ptr(x)).i(dt(x)).p(ptr(pos)).i(b).i(h).i(l).i(dim).f(theta).i(inv))
 	}
 	if (dim/2)%8 == 0 && dt(x) != 3 && dt(out) != 3 {
 		// x: (l, 8 pairs) groups; y: (b, h) rows, ropeRows of them a
@@ -344,6 +351,20 @@ func (d *Device) KVAppend(cache, x *engine.Tensor, start int) error {
 	}
 	return d.launch(ew, "kv_append", grid1(int64(x.Numel())), threads256, 0,
 		newArgs().p(ptr(cache)).i(dt(cache)).p(ptr(x)).i(dt(x)).i(b).i(h).i(n).i(capacity).i(dim).i(start))
+}
+
+// KVAppendAt writes x into cache at each sequence's start (read on the
+// device; a bad start is reported at Sync).
+func (d *Device) KVAppendAt(cache, x, starts *engine.Tensor) error {
+	b, h, n, capacity, dim, err := engine.CheckKVAppendAt(cache, x, starts)
+	if err != nil {
+		return err
+	}
+	if err := d.own("kv append at", cache, x, starts); err != nil {
+		return err
+	}
+	return d.launch(ew, "kv_append_at", grid1(int64(x.Numel())), threads256, 0,
+		newArgs().p(ptr(cache)).i(dt(cache)).p(ptr(x)).i(dt(x)).p(ptr(starts)).i(b).i(h).i(n).i(capacity).i(dim).p(d.errBuf.ptr))
 }
 
 // CrossEntropy is the fused softmax cross-entropy, one block per row; the

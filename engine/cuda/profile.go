@@ -43,6 +43,9 @@ func (d *Device) StartProfile() error {
 	if d.prof.on {
 		return errors.New("cuda: start profile: a profile is being recorded already")
 	}
+	if d.rec != nil {
+		return errors.New("cuda: start profile: a graph is being recorded")
+	}
 	d.prof.on = true
 	d.prof.ops = d.prof.ops[:0]
 	return nil

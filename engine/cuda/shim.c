@@ -48,6 +48,13 @@ static CUresult (*p_cuEventRecord)(CUevent, CUstream);
 static CUresult (*p_cuEventSynchronize)(CUevent);
 static CUresult (*p_cuEventElapsedTime)(float *, CUevent, CUevent);
 static CUresult (*p_cuGetErrorString)(CUresult, const char **);
+// CUDA graphs (optional: recording is refused without them).
+static CUresult (*p_cuStreamBeginCapture)(CUstream, int);
+static CUresult (*p_cuStreamEndCapture)(CUstream, void **);
+static CUresult (*p_cuGraphInstantiate)(void **, void *, unsigned long long);
+static CUresult (*p_cuGraphLaunch)(void *, CUstream);
+static CUresult (*p_cuGraphExecDestroy)(void *);
+static CUresult (*p_cuGraphDestroy)(void *);
 static CUresult (*p_cuTensorMapEncodeTiled)(void *, int, unsigned, void *, const unsigned long long *,
                                             const unsigned long long *, const unsigned *, const unsigned *, int, int,
                                             int, int);
@@ -102,6 +109,13 @@ const char *pxcu_bind_cuda(void *lib) {
 	BIND(p_cuGetErrorString, "cuGetErrorString", 0, 0);
 	// optional (CUDA 12 drivers): the TMA kernels are skipped without it
 	*(void **)(&p_cuTensorMapEncodeTiled) = sym(lib, "cuTensorMapEncodeTiled", 0, 0);
+	// optional (CUDA 11.4+ drivers): graphs are refused without them
+	*(void **)(&p_cuStreamBeginCapture) = sym(lib, "cuStreamBeginCapture_v2", "cuStreamBeginCapture", 0);
+	*(void **)(&p_cuStreamEndCapture) = sym(lib, "cuStreamEndCapture", 0, 0);
+	*(void **)(&p_cuGraphInstantiate) = sym(lib, "cuGraphInstantiateWithFlags", 0, 0);
+	*(void **)(&p_cuGraphLaunch) = sym(lib, "cuGraphLaunch", 0, 0);
+	*(void **)(&p_cuGraphExecDestroy) = sym(lib, "cuGraphExecDestroy", 0, 0);
+	*(void **)(&p_cuGraphDestroy) = sym(lib, "cuGraphDestroy", 0, 0);
 	return 0;
 }
 
@@ -463,6 +477,42 @@ int pxcu_lt_matmul(CUcontext ctx, void *handle, const pxcu_gemm *g, const void *
 		               (const void *)c, o.lc, (void *)c, o.lc, algo, (void *)ws, wssize, s);
 	lt_free(&o);
 	return r;
+}
+
+// ---- graphs ----
+
+int pxcu_has_graphs(void) {
+	return p_cuStreamBeginCapture && p_cuStreamEndCapture && p_cuGraphInstantiate && p_cuGraphLaunch &&
+	       p_cuGraphExecDestroy && p_cuGraphDestroy;
+}
+
+// Relaxed mode (2): the recording thread may still make calls that are
+// unsafe during a capture, such as cuMemAlloc for a first-time scratch.
+CUresult pxcu_capture_begin(CUcontext ctx, CUstream s) {
+	CUR(ctx);
+	return p_cuStreamBeginCapture(s, 2);
+}
+
+// pxcu_capture_end ends the capture and instantiates it; on success *exec
+// holds the executable graph (the template graph is destroyed).
+CUresult pxcu_capture_end(CUcontext ctx, CUstream s, void **exec) {
+	CUR(ctx);
+	void *g = 0;
+	CUresult r = p_cuStreamEndCapture(s, &g);
+	if (r) return r;
+	r = p_cuGraphInstantiate(exec, g, 0);
+	p_cuGraphDestroy(g);
+	return r;
+}
+
+CUresult pxcu_graph_launch(CUcontext ctx, void *exec, CUstream s) {
+	CUR(ctx);
+	return p_cuGraphLaunch(exec, s);
+}
+
+CUresult pxcu_graph_free(CUcontext ctx, void *exec) {
+	CUR(ctx);
+	return p_cuGraphExecDestroy(exec);
 }
 
 // ---- for the other shims of this package (nccl_shim.c) ----

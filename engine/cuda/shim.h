@@ -55,6 +55,13 @@ CUresult pxcu_module_load(CUcontext ctx, CUmodule *m, const void *image);
 CUresult pxcu_module_unload(CUcontext ctx, CUmodule m);
 CUresult pxcu_module_function(CUcontext ctx, CUfunction *f, CUmodule m, const char *name);
 int pxcu_has_tensor_map(void);
+// Graphs: record the stream's work once (pxcu_capture_begin/end), replay it
+// with pxcu_graph_launch. exec is a CUgraphExec.
+int pxcu_has_graphs(void);
+CUresult pxcu_capture_begin(CUcontext ctx, CUstream s);
+CUresult pxcu_capture_end(CUcontext ctx, CUstream s, void **exec);
+CUresult pxcu_graph_launch(CUcontext ctx, void *exec, CUstream s);
+CUresult pxcu_graph_free(CUcontext ctx, void *exec);
 CUresult pxcu_tensor_map(CUcontext ctx, void *out, int dtype, unsigned rank, unsigned long long addr,
                          const unsigned long long *dims, const unsigned long long *strides, const unsigned *box,
                          int swizzle);

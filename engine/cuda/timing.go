@@ -8,13 +8,17 @@ import "C"
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/parallax-engine/parallax/engine"
 )
 
-// Elapsed runs fn (which enqueues work) between two CUDA events and returns
-// the GPU time between them in milliseconds, after waiting for the work.
-func (d *Device) Elapsed(fn func() error) (float64, error) {
+var _ engine.Timer = (*Device)(nil)
+
+// Timed runs fn (which enqueues work) between two CUDA events and returns
+// the GPU time between them, after waiting for the work. An error a kernel
+// raised is reported, as by Sync.
+func (d *Device) Timed(fn func() error) (time.Duration, error) {
 	var a, b C.CUevent
 	if r := C.pxcu_event_create(d.ctx, &a); r != 0 {
 		return 0, cuErr("cuEventCreate", r)
@@ -40,13 +44,13 @@ func (d *Device) Elapsed(fn func() error) (float64, error) {
 	if r := C.pxcu_event_elapsed(d.ctx, &ms, a, b); r != 0 {
 		return 0, cuErr("cuEventElapsedTime", r)
 	}
-	return float64(ms), d.kernelError()
+	return time.Duration(float64(ms) * float64(time.Millisecond)), d.kernelError()
 }
 
-// Median times fn reps times (after warm warm-up runs), running before
-// (untimed, e.g. FlushL2) ahead of each, and returns the median in
-// milliseconds.
-func (d *Device) Median(warm, reps int, before, fn func() error) (float64, error) {
+// median times fn reps times (after warm warm-up runs), running before
+// (untimed, e.g. flushL2) ahead of each, and returns the median in
+// milliseconds. It serves the kernel benchmarks (bench_test.go).
+func (d *Device) median(warm, reps int, before, fn func() error) (float64, error) {
 	var ts []float64
 	for i := 0; i < warm+reps; i++ {
 		if before != nil {
@@ -54,12 +58,12 @@ func (d *Device) Median(warm, reps int, before, fn func() error) (float64, error
 				return 0, err
 			}
 		}
-		ms, err := d.Elapsed(fn)
+		el, err := d.Timed(fn)
 		if err != nil {
 			return 0, err
 		}
 		if i >= warm {
-			ts = append(ts, ms)
+			ts = append(ts, float64(el)/float64(time.Millisecond))
 		}
 	}
 	if len(ts) == 0 {
@@ -69,9 +73,9 @@ func (d *Device) Median(warm, reps int, before, fn func() error) (float64, error
 	return ts[len(ts)/2], nil
 }
 
-// FlushL2 overwrites a scratch buffer several times the L2 cache, so that
+// flushL2 overwrites a scratch buffer several times the L2 cache, so that
 // the next kernel reads its inputs from device memory.
-func (d *Device) FlushL2() error {
+func (d *Device) flushL2() error {
 	n := int64(max(d.g.l2, 1<<20)) * 8
 	b, err := d.scratch(n)
 	if err != nil {
@@ -81,9 +85,9 @@ func (d *Device) FlushL2() error {
 	return cuErr("memset", C.pxcu_memset32(d.ctx, C.CUdeviceptr(b.ptr), 0x3f800000, C.size_t(n/4), d.stream))
 }
 
-// RandomFill fills t with uniform values in [-scale, scale) computed on the
+// randomFill fills t with uniform values in [-scale, scale) computed on the
 // device from seed.
-func (d *Device) RandomFill(t *engine.Tensor, seed uint32, scale float32) error {
+func (d *Device) randomFill(t *engine.Tensor, seed uint32, scale float32) error {
 	if err := d.own("random fill", t); err != nil {
 		return err
 	}
@@ -94,9 +98,9 @@ func (d *Device) RandomFill(t *engine.Tensor, seed uint32, scale float32) error 
 	return d.launch(ew, "rand_fill", grid1(n), threads256, 0, newArgs().p(ptr(t)).i(dt(t)).l(n).i(int(int32(seed))).f(scale))
 }
 
-// ReleaseCache frees the allocator's cached memory (after waiting for the
+// releaseCache frees the allocator's cached memory (after waiting for the
 // device).
-func (d *Device) ReleaseCache() error {
+func (d *Device) releaseCache() error {
 	err := d.Sync()
 	for _, b := range []*buffer{d.decPart, d.decCnt} {
 		d.alloc.put(b)

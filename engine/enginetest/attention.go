@@ -18,7 +18,7 @@ import (
 // Tolerances (relative max-norm): f32 forward outputs max(2e-5, Tol(F32,
 // Lk)) and gradients max(1e-4, Tol(F32, Lk D)), which leave room for f32
 // accumulation orders other than the CPU's; bf16 and f16 follow Tol(dt)
-// (spec section 8: within 1e-2 for bf16 outputs and gradients). The
+// (docs/MATH.md section 8: within 1e-2 for bf16 outputs and gradients). The
 // forward's o and vbar and every attention gradient take the larger of that
 // and their rounding-model bound (bounds.go, docs/ENGINE.md), which exceeds
 // it when the output is ill-conditioned. Every

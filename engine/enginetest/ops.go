@@ -120,6 +120,11 @@ func matmulCases(o Options, dt engine.DType) []Case {
 		{3, 19, 24, 16, false, true, true, false},
 		{2, 1, 70, 33, false, true, false, true},
 		{2, 2, 40, 20, true, false, true, false},
+		// Decode-sized products (a few rows against a weight, K a multiple
+		// of 8): the matrix-vector kernels where a backend has them.
+		{1, 1, 72, 264, false, true, false, false},
+		{1, 5, 40, 24, false, true, false, true},
+		{2, 4, 33, 16, false, true, true, true},
 	}
 	if !o.Short {
 		shapes = append(shapes, mc{1, 130, 67, 300, false, false, false, false}, mc{2, 65, 96, 257, true, true, false, true})
@@ -588,7 +593,33 @@ func copyCases(o Options, dt engine.DType) []Case {
 	} else {
 		cs = append(cs, kv(engine.I32))
 	}
+	cs = append(cs, kvAt(dt))
 	return cs
+}
+
+// kvAt is KVAppendAt with a random start per sequence (the first at 0, the
+// last at the end of the cache, the others anywhere).
+func kvAt(dt engine.DType) Case {
+	const b, h, capacity, nn, d = 4, 2, 12, 3, 8
+	return Case{Op: "kv append at", Name: fmt.Sprintf("%v cache [%d,%d,%d,%d], %d rows at per-sequence starts", dt, b, h, capacity, d, nn), DType: dt,
+		Run: func(dev engine.Device, rng *rand.Rand) ([]Metric, error) {
+			ts := NewTensors(dev)
+			defer ts.Free()
+			starts := []int{0, capacity - nn, rng.IntN(capacity - nn + 1), rng.IntN(capacity - nn + 1)}
+			sv := make([]float64, b)
+			for i, s := range starts {
+				sv[i] = float64(s)
+			}
+			cv, xv := Normal(rng, dt, b*h*capacity*d, 1), Normal(rng, dt, b*h*nn*d, 1)
+			cache, x, st := ts.Up(dt, cv, b, h, capacity, d), ts.Up(dt, xv, b, h, nn, d), ts.Up(engine.I32, sv, b)
+			if err := ts.Err(); err != nil {
+				return nil, err
+			}
+			var m opMetrics
+			m.do(dev.KVAppendAt(cache, x, st))
+			m.cmp("cache", cache, ref.KVAppendAt(cv, xv, b, h, capacity, nn, d, starts), 0)
+			return m.result()
+		}}
 }
 
 // ---- cross entropy ----

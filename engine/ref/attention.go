@@ -98,7 +98,7 @@ func Attention(d Dims, q, k, v, r []float64) (o, vbar, tbar, lse []float64) {
 }
 
 // AttentionBackward returns the gradients of L = sum(o * dO) for Attention
-// (dr is nil when r is), by the direct formulas of spec section 4:
+// (dr is nil when r is), by the direct formulas of docs/MATH.md section 4:
 // dS = p (a - T + (tbar - t)(a - Bv)), dT = -p (a - Bv) with a = g.v,
 // T = g.o, Bv = g.vbar; dq = scale sum dS k, dr = sum dT k,
 // dk = sum (scale dS q + dT r), dv = sum p (1 + tbar - t) g.
@@ -191,7 +191,7 @@ func attnMatVec(m []float64, x []float64) []float64 {
 }
 
 // SigmaKVForm is Parallax attention computed as o = o_SA - Sigma_KV r with
-// the D x D matrix Sigma_KV formed explicitly per row (spec section 2).
+// the D x D matrix Sigma_KV formed explicitly per row (docs/MATH.md section 2).
 func SigmaKVForm(d Dims, q, k, v, r []float64) []float64 {
 	o := make([]float64, d.B*d.Hq*d.Lq*d.D)
 	for b := 0; b < d.B; b++ {
@@ -260,7 +260,7 @@ func solveDense(a []float64, rhs []float64) (x []float64, ok bool) {
 	return x, true
 }
 
-// LLA is exact local linear attention (spec section 5) by a dense solve per
+// LLA is exact local linear attention (docs/MATH.md section 5) by a dense solve per
 // row: w = exp(s - m), omega = sum w, mu = sum w (k - q),
 // Sig = sum w (k - q)(k - q)^T + lambda omega I, rho* = Sig^-1 mu and
 // o = sum w (1 - rho*.(k - q)) v / (omega - mu.rho*). eta is computed

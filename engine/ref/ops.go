@@ -125,14 +125,20 @@ func RMSNormBackward(dOut, x, w []float64, rows, n int, eps float64) (dX, dW []f
 
 // RoPE rotates the pairs (i, i + D/2) of every [D] row of x [B, H, L, D] by
 // pos[l] theta^(-2i/D) (by its negative if inverse, which is the backward).
+// pos holds L positions shared by every sequence, or B*L (row-major [B, L]),
+// one position vector per sequence.
 func RoPE(x []float64, b, h, l, d int, pos []int, theta float64, inverse bool) []float64 {
 	out := make([]float64, len(x))
 	half := d / 2
 	for bh := range b * h {
 		for li := range l {
 			o := (bh*l + li) * d
+			p := pos[li]
+			if len(pos) == b*l && len(pos) != l {
+				p = pos[bh/h*l+li] // per-sequence positions [B, L]
+			}
 			for i := range half {
-				ang := float64(pos[li]) * math.Pow(theta, -2*float64(i)/float64(d))
+				ang := float64(p) * math.Pow(theta, -2*float64(i)/float64(d))
 				if inverse {
 					ang = -ang
 				}
@@ -224,6 +230,19 @@ func KVAppend(cache, x []float64, b, h, capacity, n, d, start int) []float64 {
 		for i := range n {
 			for j := range d {
 				out[(bh*capacity+start+i)*d+j] = x[(bh*n+i)*d+j]
+			}
+		}
+	}
+	return out
+}
+
+// KVAppendAt is KVAppend with sequence b's rows written at starts[b].
+func KVAppendAt(cache, x []float64, b, h, capacity, n, d int, starts []int) []float64 {
+	out := append([]float64(nil), cache...)
+	for bh := range b * h {
+		for i := range n {
+			for j := range d {
+				out[(bh*capacity+starts[bh/h]+i)*d+j] = x[(bh*n+i)*d+j]
 			}
 		}
 	}

@@ -23,6 +23,7 @@ func (backend) Devices() ([]engine.DeviceInfo, error) {
 	out := make([]engine.DeviceInfo, len(rt.phys))
 	for i, p := range rt.phys {
 		out[i] = p.info()
+		out[i].Kernels = p.listedKernels()
 	}
 	return out, nil
 }

@@ -435,6 +435,7 @@ const (
 	statusTargetRange = 2 // cross entropy: targets[a] = b outside [0, c)
 	statusLensRange   = 3 // decode: lens[a] = b outside [Lq, Cap = c]
 	statusLLASingular = 4 // lla: row a has a singular system
+	statusKVRange     = 6 // kv append at: sequence a's start b does not fit capacity c
 	statusF16Range    = 5 // tensor-core attention left f16's range: sequence a, KV head b, split or block c; op 0 decode, 1 forward, 2 backward
 )
 
@@ -465,6 +466,8 @@ func (d *Device) checkStatus() {
 		err = fmt.Errorf("decode attention: lens: lens[%d] = %d is outside [Lq %d, capacity %d] (sequence %d)", a, bb, op, c, a)
 	case statusLLASingular:
 		err = fmt.Errorf("lla: row %d (flattened b, head, position): the system is singular or the output is not finite (omega - mu.rho* <= 1e-9 omega); use lambda > 0", a)
+	case statusKVRange:
+		err = fmt.Errorf("kv append at: starts[%d] = %d: the rows do not fit a cache of capacity %d", a, bb, c)
 	case statusF16Range:
 		what := fmt.Sprintf("decode attention: sequence %d, KV head %d", a, bb)
 		env := "PARALLAX_VULKAN_DECODE=scalar"

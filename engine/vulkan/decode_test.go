@@ -57,10 +57,10 @@ func TestDecodeKernel(t *testing.T) {
 		name := fmt.Sprintf("%v B%d Hkv%d G%d Lq%d Cap%d D%d w%d s%d softmax=%v generic=%v scalar=%v ramp=%v", tc.dt, tc.B, tc.Hkv, tc.G, tc.Lq, tc.Cap, tc.D, tc.window, tc.splits, tc.softmax, tc.generic, tc.scalar, tc.ramp)
 		t.Run(name, func(t *testing.T) {
 			if tc.generic {
-				t.Setenv("PARALLAX_VULKAN_DECODE", "generic")
+				setOptions(t, d, Options{Decode: "generic"})
 			}
 			if tc.scalar {
-				t.Setenv("PARALLAX_VULKAN_DECODE", "scalar")
+				setOptions(t, d, Options{Decode: "scalar"})
 			}
 			Hq := tc.Hkv * tc.G
 			randn := func(n int, s float64) []float32 { return randNormal(rng, n, s) }
@@ -109,7 +109,7 @@ func TestDecodeKernel(t *testing.T) {
 					// attn_decode; f32 and larger heads may need more.
 					k, fast := dd.planDecode(dm, a)
 					// (Unless a tuning override narrows the choice of tiles.)
-					tuned := os.Getenv("PARALLAX_VULKAN_DECODE_BC") != ""
+					tuned := d.Options().DecodeKeyTile != 0
 					if want := !tc.generic && tc.G*tc.Lq <= 8; fast != want && (!want || (tc.D <= 128 && tc.dt != engine.F32 && !tuned)) {
 						t.Fatalf("attn_decode serves this shape on %s: %v", dd.pd.name, fast)
 					}
@@ -186,7 +186,7 @@ func TestDecodeCoopRange(t *testing.T) {
 		t.Fatalf("Sync = %v, want the f16 range error", err)
 	}
 	t.Log(err)
-	t.Setenv("PARALLAX_VULKAN_DECODE", "scalar")
+	setOptions(t, d, Options{Decode: "scalar"})
 	if err := d.DecodeAttention(a); err != nil {
 		t.Fatal(err)
 	}

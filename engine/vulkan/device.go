@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -29,6 +28,7 @@ type Device struct {
 	rt   *vkRuntime
 	pd   *physDevice
 	info engine.DeviceInfo
+	opts Options // kernel and feature choices (options.go)
 
 	dev   vk.Device
 	queue vk.Queue
@@ -60,16 +60,80 @@ type Device struct {
 	wwf     bool // shaderStorageImageWriteWithoutFormat is enabled
 }
 
-// newDevice creates the logical device for p.
+// What a Vulkan device offers: every op, and the optional capabilities
+// (besides these, engine.Profiler in profile.go and engine.MemoryReporter
+// in meminfo.go).
+var (
+	_ engine.Device = (*Device)(nil)
+	_ engine.Timer  = (*Device)(nil)
+)
+
+// newDevice creates the logical device for p under the environment's
+// options.
 func newDevice(rt *vkRuntime, p *physDevice) (*Device, error) { return newDeviceFor(rt, p, false) }
 
-// newDeviceFor creates the logical device for p; present also enables what
-// drawing into a window's swapchain needs (OpenPresenting).
+// newDeviceFor creates the logical device for p under the environment's
+// options; present also enables what drawing into a window's swapchain
+// needs (OpenPresenting).
 func newDeviceFor(rt *vkRuntime, p *physDevice, present bool) (*Device, error) {
-	d := &Device{rt: rt, pd: p, info: p.info(), subgroup: int(p.x.subgroupSize), present: present}
+	o, err := optionsFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	return newDeviceWith(rt, p, present, o)
+}
+
+// OpenWith opens Vulkan device index with options o instead of the ones
+// the environment sets (Open and engine.Open("vulkan:N") read those).
+func OpenWith(index int, o Options) (*Device, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	rt, p, err := usablePhys(index)
+	if err != nil {
+		return nil, err
+	}
+	return newDeviceWith(rt, p, false, o)
+}
+
+// Options returns the device's kernel and feature choices.
+func (d *Device) Options() Options { return d.opts }
+
+// SetOptions replaces the device's kernel choices (for tests and
+// benchmarks that compare kernels on one device); ops recorded afterwards
+// use them. The choices read at open only (NoPushDescriptors,
+// No16BitStorage, PipelineStats) must stay as they are. It fails, changing
+// nothing, on an invalid choice.
+func (d *Device) SetOptions(o Options) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if o.NoPushDescriptors != d.opts.NoPushDescriptors || o.No16BitStorage != d.opts.No16BitStorage ||
+		o.PipelineStats != d.opts.PipelineStats {
+		return errors.New("vulkan: push descriptors, 16-bit storage and pipeline statistics are chosen at open (OpenWith)")
+	}
+	d.opts = o
+	d.info.Kernels = o.kernels(d.coop, d.subgroup == 32)
+	return nil
+}
+
+// listedKernels is a device listing's DeviceInfo.Kernels: what the device
+// would run if opened under the environment's options.
+func (p *physDevice) listedKernels() map[string]string {
+	o, err := optionsFromEnv()
+	if err != nil {
+		return map[string]string{"options": err.Error()}
+	}
+	coop, _ := p.coopMatMulNV()
+	return o.kernels(coop, p.x.subgroupSize == 32)
+}
+
+// newDeviceWith creates the logical device for p under options o.
+func newDeviceWith(rt *vkRuntime, p *physDevice, present bool, o Options) (*Device, error) {
+	d := &Device{rt: rt, pd: p, info: p.info(), opts: o, subgroup: int(p.x.subgroupSize), present: present}
 	d.info.Features = maps.Clone(d.info.Features)
-	d.push = p.x.hasPushDescriptor != 0 && p.x.maxPushDescriptors >= maxBindings && os.Getenv("PARALLAX_VULKAN_PUSH_DESCRIPTORS") != "0"
-	d.no16 = !p.has16BitStorage() || os.Getenv("PARALLAX_VULKAN_NO16") == "1"
+	d.push = p.x.hasPushDescriptor != 0 && p.x.maxPushDescriptors >= maxBindings && !o.NoPushDescriptors
+	d.no16 = !p.has16BitStorage() || o.No16BitStorage
 	d.coop, _ = p.coopMatMulNV()
 	if d.subgroup <= 0 {
 		d.subgroup = 1
@@ -90,7 +154,7 @@ func newDeviceFor(rt *vkRuntime, p *physDevice, present bool) (*Device, error) {
 		}
 		en.chainFloat16, en.chainMemoryModel, en.chainCoopNV = 1, 1, 1
 	}
-	stats := os.Getenv("PARALLAX_VULKAN_PIPELINE_STATS") == "1" && hasString(p.exts, "VK_KHR_pipeline_executable_properties")
+	stats := o.PipelineStats && hasString(p.exts, "VK_KHR_pipeline_executable_properties")
 	if stats {
 		exts = append(exts, "VK_KHR_pipeline_executable_properties\x00")
 		en.chainExecStats = 1
@@ -161,6 +225,7 @@ func newDeviceFor(rt *vkRuntime, p *physDevice, present bool) (*Device, error) {
 			d.info.Features["attention path"] = "scalar (coopmat: " + why + ")"
 		}
 	}
+	d.info.Kernels = o.kernels(d.coop, d.subgroup == 32)
 	return d, nil
 }
 

@@ -55,7 +55,7 @@ func read(t *testing.T, x *engine.Tensor) []float32 {
 }
 
 // dtypeTol is the relative tolerance of a kernel against the CPU backend on
-// the same inputs: the conformance suite's bound for 16-bit outputs (spec
+// the same inputs: the conformance suite's bound for 16-bit outputs (docs/MATH.md
 // section 8), f32 for float32.
 func dtypeTol(dt engine.DType, f32 float64) float64 {
 	if dt == engine.F32 {

@@ -3,20 +3,18 @@ package vulkan
 import (
 	"fmt"
 	"maps"
-	"os"
-	"strconv"
 
 	"github.com/parallax-engine/parallax/engine"
 )
 
-// The attention family (spec sections 2-6) on five kernels:
+// The attention family (docs/MATH.md sections 2-6) on five kernels:
 //
 //	attn_fwd       streaming forward: softmax / Parallax / uniform weights,
 //	               full or split-KV partial states, over K/V or a KV cache
 //	attn_combine   merges split-KV partial states (decode)
 //	attn_bwd_pre   T = g.o and Bv = g.vbar per row
-//	attn_bwd_rows  dq, dr (row-parallel)
-//	attn_bwd_cols  dk, dv (column-parallel)
+//	attn_dq  dq, dr (row-parallel)
+//	attn_dkv  dk, dv (column-parallel)
 //
 // Linear attention is the uniform-weight member of the same kernels: plain
 // o = sum (r.k) v and affine o = vbar - Sigma_KV r are the streaming
@@ -174,7 +172,7 @@ func (d *Device) coopAttention(D, maxD int, ops uint32, dts ...engine.DType) boo
 // serves a forward: softmax or Parallax attention without a KV cache, Q, K,
 // V (and R) in bf16 or f16 with K and V of one dtype, D a multiple of 16 up
 // to 128, on a device with the NV cooperative-matrix kernels, 32-wide
-// subgroups and clustered subgroup operations. PARALLAX_VULKAN_ATTN=scalar
+// subgroups and clustered subgroup operations. Options.Attention "scalar"
 // keeps attn_fwd.
 func (d *Device) useFwdCoop(c fwdCall) bool {
 	dm := c.dims
@@ -182,7 +180,7 @@ func (d *Device) useFwdCoop(c fwdCall) bool {
 	if c.hasR {
 		dts = append(dts, c.r.dt)
 	}
-	if c.lens != nil || c.mode != modeSoftmax || os.Getenv("PARALLAX_VULKAN_ATTN") == "scalar" || c.k.dt != c.v.dt ||
+	if c.lens != nil || c.mode != modeSoftmax || d.opts.Attention == "scalar" || c.k.dt != c.v.dt ||
 		!d.coopAttention(dm.D, 128, subgroupBasic|subgroupVote|subgroupClustered, dts...) {
 		return false
 	}
@@ -203,12 +201,12 @@ func (d *Device) attnForwardCoop(c fwdCall) error {
 	return d.launch("attn_fwd_coop", 64, sp, pc, d.groups1(dm.B*dm.Hkv*nblocks), c.q, c.k, c.v, c.r, c.o, c.lse, c.vb, c.tb, d.statusArg())
 }
 
-// useBwdCoop reports whether attn_bwd_rows_coop and attn_bwd_cols_coop
+// useBwdCoop reports whether attn_dq_coop and attn_dkv_coop
 // (tensor cores, f16 operands) serve a backward: softmax or Parallax
 // attention with 16-bit Q, K, V, dO (and R), K and V of one dtype, D a
 // multiple of 16 up to 128, GQA groups of at most 64 heads, on a device
 // with the NV cooperative-matrix kernels, 32-wide subgroups and subgroup
-// vote operations (the kernels' error check). PARALLAX_VULKAN_ATTN=scalar
+// vote operations (the kernels' error check). Options.Attention "scalar"
 // keeps the scalar kernels.
 func (d *Device) useBwdCoop(c bwdCall) bool {
 	dm := c.dims
@@ -216,7 +214,7 @@ func (d *Device) useBwdCoop(c bwdCall) bool {
 	if c.hasR {
 		dts = append(dts, c.r.dt)
 	}
-	if c.mode != modeSoftmax || os.Getenv("PARALLAX_VULKAN_ATTN") == "scalar" || c.k.dt != c.v.dt || dm.G > 64 ||
+	if c.mode != modeSoftmax || d.opts.Attention == "scalar" || c.k.dt != c.v.dt || dm.G > 64 ||
 		!d.coopAttention(dm.D, 128, subgroupBasic|subgroupVote, dts...) {
 		return false
 	}
@@ -235,7 +233,7 @@ func (d *Device) attnBackwardCoop(c bwdCall, stats arg) error {
 	return d.bwdColsCoop(c, stats)
 }
 
-// bwdRowsCoop launches attn_bwd_rows_coop (dq, dr).
+// bwdRowsCoop launches attn_dq_coop (dq, dr).
 func (d *Device) bwdRowsCoop(c bwdCall, stats arg) error {
 	dm := c.dims
 	rows := dm.G * dm.Lq
@@ -245,11 +243,11 @@ func (d *Device) bwdRowsCoop(c bwdCall, stats arg) error {
 	nb := (rows + 31) / 32
 	pc := push(uint32(dm.B), uint32(dm.Hq), uint32(dm.Hkv), uint32(dm.G), uint32(dm.Lq), uint32(dm.Lk),
 		dm.Causal, uint32(dm.Window), dm.Scale, uint32(1), uint32(nb), uint32(0))
-	return d.launch("attn_bwd_rows_coop", 64, spec{1: uint32(dm.D), 5: flag(c.hasR)}, pc, d.groups1(dm.B*dm.Hkv*nb),
+	return d.launch("attn_dq_coop", 64, spec{1: uint32(dm.D), 5: flag(c.hasR)}, pc, d.groups1(dm.B*dm.Hkv*nb),
 		c.q, c.k, c.v, c.r, c.g, c.lse, c.tb, stats, c.dq, c.dr, d.statusArg())
 }
 
-// bwdColsCoop launches attn_bwd_cols_coop (dk, dv).
+// bwdColsCoop launches attn_dkv_coop (dk, dv).
 func (d *Device) bwdColsCoop(c bwdCall, stats arg) error {
 	dm := c.dims
 	if dm.Lk == 0 {
@@ -258,7 +256,7 @@ func (d *Device) bwdColsCoop(c bwdCall, stats arg) error {
 	nb := (dm.Lk + 31) / 32
 	pc := push(uint32(dm.B), uint32(dm.Hq), uint32(dm.Hkv), uint32(dm.G), uint32(dm.Lq), uint32(dm.Lk),
 		dm.Causal, uint32(dm.Window), dm.Scale, uint32(1), uint32(nb), uint32(0))
-	return d.launch("attn_bwd_cols_coop", 64, spec{1: uint32(dm.D), 5: flag(c.hasR)}, pc, d.groups1(dm.B*dm.Hkv*nb),
+	return d.launch("attn_dkv_coop", 64, spec{1: uint32(dm.D), 5: flag(c.hasR)}, pc, d.groups1(dm.B*dm.Hkv*nb),
 		c.q, c.k, c.v, c.r, c.g, c.lse, c.tb, stats, c.dk, c.dv, d.statusArg())
 }
 
@@ -374,13 +372,13 @@ func (d *Device) hasSubgroupOps(ops uint32) bool {
 //
 // the tensor-core kernels for bf16 or f16 caches and D a multiple of 16 up
 // to 256, all for K and V of one dtype. It returns false for everything
-// else, which takes the general attn_fwd path. PARALLAX_VULKAN_DECODE
-// forces a kernel: wide (attn_decode_coop), scalar or generic (attn_fwd);
-// PARALLAX_VULKAN_DECODE_VARIANT=sh16 stages the tensor-core kernels'
-// K and V as 16-bit elements, PARALLAX_VULKAN_DECODE_BC=16 gives
-// attn_decode_coop8 16-key tiles.
+// else, which takes the general attn_fwd path. Options.Decode forces a
+// kernel: wide (attn_decode_coop), scalar or generic (attn_fwd);
+// Options.DecodeVariant "sh16" stages the tensor-core kernels' K and V as
+// 16-bit elements, Options.DecodeKeyTile 16 gives attn_decode_coop8 16-key
+// tiles.
 func (d *Device) planDecode(dm engine.AttnDims, a engine.DecodeArgs) (decodeLaunch, bool) {
-	force := os.Getenv("PARALLAX_VULKAN_DECODE")
+	force := d.opts.Decode
 	if force == "generic" {
 		return decodeLaunch{}, false
 	}
@@ -419,13 +417,13 @@ func (d *Device) planDecode(dm engine.AttnDims, a engine.DecodeArgs) (decodeLaun
 	// Loading the next tile during this one's arithmetic measured 4-10%
 	// faster on the H200 (docs/PERFORMANCE.md); "plain" is the other.
 	kernel := "attn_decode.prefetch"
-	if os.Getenv("PARALLAX_VULKAN_DECODE_VARIANT") == "plain" {
+	if d.opts.DecodeVariant == "plain" {
 		kernel = "attn_decode"
 	}
 	// 32-key tiles measured faster than 64 on the H200 (more workgroups
 	// per multiprocessor); 64 remains as a tuning choice.
 	for _, bc := range []int{32, 16, 64} {
-		if v, err := strconv.Atoi(os.Getenv("PARALLAX_VULKAN_DECODE_BC")); err == nil && v != bc {
+		if v := d.opts.DecodeKeyTile; v != 0 && v != bc {
 			continue // a tuning override
 		}
 		wg, nv := 2*bc, 2*rp
@@ -452,7 +450,7 @@ func (d *Device) planDecodeCoop(dm engine.AttnDims, dt engine.DType, rows int, f
 		// 32-key tiles halve the per-key barriers and softmax rounds; they
 		// need 16 prefetch registers per invocation up to D = 128.
 		bc = 32
-		if dm.D > 128 || os.Getenv("PARALLAX_VULKAN_DECODE_BC") == "16" {
+		if dm.D > 128 || d.opts.DecodeKeyTile == 16 {
 			bc = 16
 		}
 		kernel = "attn_decode_coop8"
@@ -461,7 +459,7 @@ func (d *Device) planDecodeCoop(dm engine.AttnDims, dt engine.DType, rows int, f
 	if shared > limit {
 		return decodeLaunch{}, false
 	}
-	if os.Getenv("PARALLAX_VULKAN_DECODE_VARIANT") == "sh16" {
+	if d.opts.DecodeVariant == "sh16" {
 		kernel += ".sh16"
 	}
 	// About 512 workgroups (four per multiprocessor on the H200) measured
@@ -481,7 +479,7 @@ func (d *Device) decodeFast(dm engine.AttnDims, k decodeLaunch, a engine.DecodeA
 	S := a.Splits
 	if S == 0 {
 		S = max(1, min((k.target+items-1)/items, dm.Lk/(2*k.bc), 256))
-		if v, err := strconv.Atoi(os.Getenv("PARALLAX_VULKAN_DECODE_SPLITS")); err == nil && v > 0 {
+		if v := d.opts.DecodeSplits; v > 0 {
 			S = v // a tuning override
 		}
 	}
@@ -579,7 +577,7 @@ func (d *Device) attnBackward(c bwdCall) error {
 		pc := push(uint32(dm.B), uint32(dm.Hq), uint32(dm.Hkv), uint32(dm.G), uint32(dm.Lq), uint32(dm.Lk),
 			dm.Causal, uint32(dm.Window), dm.Scale, uint32(1), uint32(nb), uint32(0))
 		sp := spec{1: uint32(dm.D), 2: uint32(tl.br), 3: uint32(tl.bc), 4: uint32(c.mode), 5: flag(c.hasR)}
-		if err := d.launch("attn_bwd_rows", tl.wg, sp, pc, d.groups1(dm.B*dm.Hkv*nb),
+		if err := d.launch("attn_dq", tl.wg, sp, pc, d.groups1(dm.B*dm.Hkv*nb),
 			c.q, c.k, c.v, c.r, c.g, c.lse, c.tb, stats, c.dq, c.dr); err != nil {
 			return err
 		}
@@ -595,7 +593,7 @@ func (d *Device) attnBackward(c bwdCall) error {
 	pc := push(uint32(dm.B), uint32(dm.Hq), uint32(dm.Hkv), uint32(dm.G), uint32(dm.Lq), uint32(dm.Lk),
 		dm.Causal, uint32(dm.Window), dm.Scale, uint32(1), uint32(nb), uint32(0))
 	sp := spec{1: uint32(dm.D), 2: uint32(tl.br), 3: uint32(tl.bc), 4: uint32(c.mode), 5: flag(c.hasR)}
-	return d.launch("attn_bwd_cols", tl.wg, sp, pc, d.groups1(dm.B*dm.Hkv*nb),
+	return d.launch("attn_dkv", tl.wg, sp, pc, d.groups1(dm.B*dm.Hkv*nb),
 		c.q, c.k, c.v, c.r, c.g, c.lse, c.tb, stats, c.dk, c.dv)
 }
 

@@ -59,3 +59,23 @@ func (d *Device) KVAppend(cache, x *engine.Tensor, start int) error {
 	return d.copyKernel(cache, x, total, [4]int{b, max(h, 1), max(n, 1), max(dim, 1)},
 		[4]int{h * capacity * dim, capacity * dim, dim, 1}, start*dim)
 }
+
+// KVAppendAt writes x [B, H, n, D] into cache [B, H, Cap, D] at each
+// sequence's start (read on the device; a bad start is reported at Sync);
+// see engine.Ops.
+func (d *Device) KVAppendAt(cache, x, starts *engine.Tensor) error {
+	b, h, n, capacity, dim, err := engine.CheckKVAppendAt(cache, x, starts)
+	if err != nil {
+		return err
+	}
+	if err := d.own("kv append at", cache, x, starts); err != nil {
+		return err
+	}
+	total := b * h * n * dim
+	if total == 0 {
+		return nil
+	}
+	pc := push(uint32(total), uint32(h), uint32(n), uint32(dim), uint32(capacity))
+	wg := d.flexWG()
+	return d.launch("kv_append_at", wg, nil, pc, d.strideGroups(total, wg), in(x), in(starts), out(cache), d.statusArg())
+}

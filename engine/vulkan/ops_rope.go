@@ -37,7 +37,8 @@ func (d *Device) ropeFreqs(theta float32, dim int) (*region, error) {
 	return r, nil
 }
 
-// RoPE rotates pairs of x by pos[l] * theta^(-2i/D); see engine.Ops.
+// RoPE rotates pairs of x by pos[l] * theta^(-2i/D) (pos[b, l] with
+// per-sequence positions); see engine.Ops.
 func (d *Device) RoPE(o, x, pos *engine.Tensor, theta float32) error {
 	return d.rope("rope", o, x, pos, theta, 1)
 }
@@ -68,7 +69,11 @@ func (d *Device) rope(op string, o, x, pos *engine.Tensor, theta, sign float32) 
 	}
 	freqs := arg{r: fr, size: fr.size, dt: engine.F32}
 	n := rows * dim / 2
-	pc := push(uint32(rows), uint32(l), uint32(dim/2), sign)
+	seqPos := 0
+	if pos.Rank() == 2 {
+		seqPos = l // per-sequence positions [B, L]
+	}
+	pc := push(uint32(rows), uint32(l), uint32(dim/2), sign, uint32(h*l), uint32(seqPos))
 	wg := d.flexWG()
 	return d.launch("rope", wg, nil, pc, d.strideGroups(n, wg), in(x), out(o), in(pos), freqs)
 }

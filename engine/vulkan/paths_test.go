@@ -35,10 +35,9 @@ func runCases(t *testing.T, d *Device, re string, dts ...engine.DType) {
 // The variant of every kernel for devices without 16-bit storage access
 // (16-bit elements through 32-bit words, stores with atomics), forced on.
 func TestNo16BitStoragePath(t *testing.T) {
-	t.Setenv("PARALLAX_VULKAN_NO16", "1")
-	d := testDevice(t)
+	d := testDeviceWith(t, Options{No16BitStorage: true})
 	if !d.no16 {
-		t.Fatal("PARALLAX_VULKAN_NO16=1 did not select the word-access kernels")
+		t.Fatal("No16BitStorage did not select the word-access kernels")
 	}
 	runCases(t, d, `^(add scaled|cast|swapaxes12|kv append|embedding|rmsnorm|cross entropy|matmul|attention|attention backward|decode attention)/`,
 		engine.BF16, engine.F16)
@@ -47,10 +46,9 @@ func TestNo16BitStoragePath(t *testing.T) {
 // Descriptor sets from per-batch pools instead of push descriptors, with
 // enough dispatches in one batch to need more than one pool.
 func TestDescriptorPoolPath(t *testing.T) {
-	t.Setenv("PARALLAX_VULKAN_PUSH_DESCRIPTORS", "0")
-	d := testDevice(t)
+	d := testDeviceWith(t, Options{NoPushDescriptors: true})
 	if d.push {
-		t.Fatal("PARALLAX_VULKAN_PUSH_DESCRIPTORS=0 did not disable push descriptors")
+		t.Fatal("NoPushDescriptors did not disable push descriptors")
 	}
 	x := upload(t, d, engine.F32, []float32{0, 1}, 2)
 	one := upload(t, d, engine.F32, []float32{1, 1}, 2)
@@ -64,4 +62,28 @@ func TestDescriptorPoolPath(t *testing.T) {
 		t.Fatalf("x = %v after %d adds, want [%d %d]", got, steps, steps, steps+1)
 	}
 	runCases(t, d, `^(matmul|attention|rmsnorm backward)/`, engine.F32)
+}
+
+// testDeviceWith opens vulkan:0 with options o (skipping the test where
+// there is no device, as testDevice does).
+func testDeviceWith(t testing.TB, o Options) *Device {
+	t.Helper()
+	testDevice(t) // skips or fails without a device
+	d, err := OpenWith(0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// setOptions gives d the kernel options o, and its own back when the
+// test ends.
+func setOptions(t testing.TB, d *Device, o Options) {
+	t.Helper()
+	prev := d.Options()
+	if err := d.SetOptions(o); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.SetOptions(prev) })
 }

@@ -11,7 +11,7 @@ import (
 // TestViewAttention: the viewer's maps are the softmax weights p (rows sum
 // to 1) and the effective weights p(1 + tbar - t) (rows sum to 1), and
 // summing v under the effective weights gives the Parallax attention output
-// of the Attention op (spec section 2); without a probe both maps are p.
+// of the Attention op (docs/MATH.md section 2); without a probe both maps are p.
 func TestViewAttention(t *testing.T) {
 	const Hq, Hkv, L, D = 4, 2, 11, 8
 	for _, d := range openAll(t) {

@@ -9,8 +9,13 @@
 // right.
 //
 // A Tokenizer comes from GPT-2's vocab.json (encoder.json) and merges.txt
-// (vocab.bpe) through LoadGPT2, from a Hugging Face tokenizer.json of the
-// same kind through LoadHF, or from text through Train. SaveHF writes
+// (vocab.bpe) through LoadGPT2, from text through Train, or from a Hugging
+// Face tokenizer.json through LoadHF, which runs the pipeline the file
+// describes (normalizer, pre-tokenizer, BPE model, post-processor, decoder)
+// the way the tokenizers library does: EncodeHF and DecodeHF give what its
+// Tokenizer.encode and Tokenizer.decode give, for the layouts of Qwen2, 2.5
+// and 3, Llama 3, SentencePiece-style BPE (Mistral, Llama 2) and GPT-2. A
+// tokenizer.json in GPT-2's own layout takes the byte-level fast path. SaveHF writes
 // tokenizer.json, which LoadHF and the Hugging Face tokenizers library read;
 // Save writes that and GPT-2's two files.
 //

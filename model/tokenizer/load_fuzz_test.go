@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"bytes"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -28,14 +29,35 @@ func fuzzHFSeeds(tb testing.TB) [][]byte {
 		}
 		out = append(out, b)
 	}
+	// The small file in the other layouts (the fixtures of testdata/hf
+	// are too large to fuzz quickly).
+	for _, layout := range []struct{ normalizer, pre, post, decoder string }{
+		{`{"type": "NFC"}`, `{"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "` + jsonEscape(qwen2Pattern) + `"}, "behavior": "Isolated", "invert": false}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]}`, `{"type": "ByteLevel"}`, `{"type": "ByteLevel"}`},
+		{`null`, `{"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "` + jsonEscape(llama3Pattern) + `"}, "behavior": "Isolated"}, {"type": "ByteLevel", "use_regex": false}]}`, `{"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}], "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [263], "tokens": ["<|endoftext|>"]}}}`, `{"type": "ByteLevel"}`},
+		{`{"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"}, {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]}`, `{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false}`, `null`, `{"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}`},
+		{`{"type": "Lowercase"}`, `{"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true}, {"type": "Punctuation"}, {"type": "Whitespace"}]}`, `null`, `{"type": "Metaspace"}`},
+	} {
+		s := string(out[0])
+		s = strings.Replace(s, `"normalizer": null`, `"normalizer": `+layout.normalizer, 1)
+		s = strings.Replace(s, `"pre_tokenizer": {`, `"pre_tokenizer": `+layout.pre+`, "old_pre_tokenizer": {`, 1)
+		s = strings.Replace(s, `"post_processor": {`, `"post_processor": `+layout.post+`, "old_post_processor": {`, 1)
+		s = strings.Replace(s, `"decoder": {`, `"decoder": `+layout.decoder+`, "old_decoder": {`, 1)
+		out = append(out, []byte(s))
+	}
 	return out
 }
+
+func jsonEscape(s string) string { return strings.Trim(jsonString(s), `"`) }
 
 // fuzzCheckLoaded checks what every tokenizer a loader accepts must do: encode
 // and decode short strings (to themselves, unless a special token is also a
 // token that BPE produces, whose decoding is then its content).
 func fuzzCheckLoaded(t *testing.T, tok *Tokenizer) {
 	t.Helper()
+	if tok.pipe != nil {
+		fuzzCheckPipeline(t, tok)
+		return
+	}
 	if tok.VocabSize() < 256 {
 		t.Fatalf("vocabulary of %d tokens, fewer than the 256 bytes", tok.VocabSize())
 	}
@@ -72,6 +94,30 @@ func fuzzCheckLoaded(t *testing.T, tok *Tokenizer) {
 	}
 }
 
+// fuzzCheckPipeline checks a tokenizer.json pipeline: every encoding gives
+// ids of the vocabulary, which decode; nothing panics.
+func fuzzCheckPipeline(t *testing.T, tok *Tokenizer) {
+	t.Helper()
+	texts := append(slices.Clone(fuzzTexts), strings.Join(tok.Specials(), "x"), " \u2581a\u0301 12345 <0x41>")
+	for _, s := range texts {
+		for _, ids := range [][]int{tok.Encode(s), tok.EncodeWithSpecials(s), tok.EncodeHF(s, true)} {
+			for _, id := range ids {
+				if id < 0 || id >= tok.VocabSize() || tok.Token(id) == "" {
+					t.Fatalf("encoding %q gave id %d, which has no token", s, id)
+				}
+			}
+			if _, err := tok.Decode(ids); err != nil {
+				t.Fatalf("Decode(encoding of %q): %v", s, err)
+			}
+			for _, skip := range []bool{false, true} {
+				if _, err := tok.DecodeHF(ids, skip); err != nil {
+					t.Fatalf("DecodeHF(encoding of %q): %v", s, err)
+				}
+			}
+		}
+	}
+}
+
 // fuzzTokenizerDiff reports how a and b differ, "" if in nothing that encoding
 // and decoding depend on.
 func fuzzTokenizerDiff(a, b *Tokenizer) string {
@@ -102,6 +148,7 @@ func FuzzReadHF(f *testing.F) {
 	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {}, "merges": []}, "pre_tokenizer": {"type": "ByteLevel"}}`))
 	f.Add([]byte(`{"model": {"type": "WordPiece"}}`))
 	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"], "unk_token": "a"}, "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Lowercase"}]}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\s+"}, "behavior": "Removed", "invert": true}, "decoder": {"type": "Fuse"}, "added_tokens": [{"id": 3, "content": "<x>", "lstrip": true, "rstrip": true, "single_word": true, "normalized": true, "special": true}]}`))
 	// One file, rewritten by each run: the runs of a worker are sequential.
 	path := filepath.Join(f.TempDir(), "tokenizer.json")
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -142,7 +189,7 @@ func FuzzReadHF(f *testing.F) {
 // it accepts must encode and decode, and come back the same through Save's
 // vocab.json and merges.txt (when its merges fit that format).
 func FuzzReadGPT2(f *testing.F) {
-	for _, b := range fuzzHFSeeds(f) {
+	for _, b := range fuzzHFSeeds(f)[:2] { // the GPT-2 layout ones
 		tok, err := ReadHF(bytes.NewReader(b), "seed")
 		if err != nil {
 			f.Fatal(err)
@@ -189,4 +236,20 @@ func FuzzReadGPT2(f *testing.F) {
 			t.Fatalf("saving and loading changed the %s", d)
 		}
 	})
+}
+
+// TestFuzzSeedsLoad: every tokenizer.json seed loads, so that the fuzzer
+// starts from files that get past the parser.
+func TestFuzzSeedsLoad(t *testing.T) {
+	for i, b := range fuzzHFSeeds(t) {
+		tok, err := ReadHF(bytes.NewReader(b), fmt.Sprintf("seed %d", i))
+		if err != nil {
+			t.Errorf("seed %d: %v", i, err)
+			continue
+		}
+		if (i >= 2) != (tok.pipe != nil) {
+			t.Errorf("seed %d: pipeline %v", i, tok.pipe != nil)
+		}
+		fuzzCheckLoaded(t, tok)
+	}
 }

@@ -13,7 +13,8 @@ import (
 
 // SaveHF writes the tokenizer as a Hugging Face tokenizer.json, which LoadHF
 // and the tokenizers library both read: a BPE model with GPT-2's ByteLevel
-// pre-tokenizer and decoder, the special tokens as added tokens.
+// pre-tokenizer and decoder, the special tokens as added tokens (or, for a
+// tokenizer loaded from a tokenizer.json of another layout, that file).
 func (t *Tokenizer) SaveHF(path string) error {
 	if err := atomicfile.WriteFile(path, t.hfJSON()); err != nil {
 		return fmt.Errorf("tokenizer: save %s: %w", path, err)
@@ -94,8 +95,13 @@ func (t *Tokenizer) mergesTxt() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// hfJSON writes tokenizer.json in the layout the tokenizers library writes.
+// hfJSON writes tokenizer.json in the layout the tokenizers library writes;
+// a tokenizer read from a tokenizer.json that is not in GPT-2's layout
+// writes that file back as it was.
 func (t *Tokenizer) hfJSON() []byte {
+	if t.pipe != nil {
+		return t.pipe.source
+	}
 	var b bytes.Buffer
 	b.WriteString("{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [")
 	for i, s := range t.Specials() {

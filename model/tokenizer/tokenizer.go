@@ -22,6 +22,13 @@ type Tokenizer struct {
 	specialIDs   map[string]int
 	ignoreMerges bool // HF "ignore_merges": a pre-token in the vocabulary is one token
 
+	// special marks the added tokens that tokenizer.json calls special
+	// (DecodeHF skips them); nil when every one of specials is.
+	special map[int]bool
+	// pipe runs a tokenizer.json that is not in GPT-2's layout; nil for
+	// the byte-level fast path.
+	pipe *pipeline
+
 	mu    sync.RWMutex
 	cache map[string][]int32
 }
@@ -88,6 +95,9 @@ func (t *Tokenizer) Encode(text string) []int {
 
 // AppendEncode appends the token ids of text to dst, as Encode does.
 func (t *Tokenizer) AppendEncode(dst []int, text string) []int {
+	if t.pipe != nil {
+		return t.encodePipeline(dst, text, false)
+	}
 	pretokens(text, func(w string) { dst = t.appendWord(dst, w) })
 	return dst
 }
@@ -95,7 +105,15 @@ func (t *Tokenizer) AppendEncode(dst []int, text string) []int {
 // EncodeWithSpecials is Encode, except that each occurrence of a special
 // token's content in text (the longest where several start at one place)
 // becomes that special token.
+//
+// For a tokenizer.json this is the tokenizers library's
+// encode(text, add_special_tokens=False): every added token, special or
+// not, is matched in the text (with its lstrip, rstrip, single_word and
+// normalized flags). EncodeHF also applies the post-processor.
 func (t *Tokenizer) EncodeWithSpecials(text string) []int {
+	if t.pipe != nil {
+		return t.encodePipeline(nil, text, true)
+	}
 	if len(t.specials) == 0 {
 		return t.Encode(text)
 	}
@@ -131,10 +149,76 @@ func (t *Tokenizer) EncodeWithSpecials(text string) []int {
 	return dst
 }
 
+// EncodeHF returns the ids the tokenizers library's
+// Tokenizer.encode(text, add_special_tokens).ids gives: EncodeWithSpecials,
+// then, with addSpecialTokens, the post-processor's tokens (such as a BOS
+// token).
+func (t *Tokenizer) EncodeHF(text string, addSpecialTokens bool) []int {
+	ids := t.EncodeWithSpecials(text)
+	if addSpecialTokens && t.pipe != nil && t.pipe.post != nil {
+		ids = t.pipe.post.process(ids)
+	}
+	return ids
+}
+
+// IsSpecial reports whether id is a special token (one that DecodeHF skips
+// when asked to).
+func (t *Tokenizer) IsSpecial(id int) bool {
+	if id < 0 || id >= len(t.tokens) {
+		return false
+	}
+	if t.special == nil {
+		_, ok := t.specialIDs[t.tokens[id]]
+		return ok
+	}
+	return t.special[id]
+}
+
+// DecodeHF returns the text the tokenizers library's Tokenizer.decode(ids,
+// skip_special_tokens) gives: the decoder's output, with invalid UTF-8
+// replaced by U+FFFD. An id with no token is an error (the library would
+// drop it).
+func (t *Tokenizer) DecodeHF(ids []int, skipSpecialTokens bool) (string, error) {
+	toks := make([]string, 0, len(ids))
+	kept := make([]int, 0, len(ids))
+	for i, id := range ids {
+		if id < 0 || id >= len(t.tokens) || t.tokens[id] == "" {
+			return "", fmt.Errorf("tokenizer: decode: ids[%d] = %d is not a token id (vocabulary size %d)", i, id, len(t.tokens))
+		}
+		if skipSpecialTokens && t.IsSpecial(id) {
+			continue
+		}
+		if t.pipe != nil {
+			toks = append(toks, t.tokenString(id))
+		}
+		kept = append(kept, id)
+	}
+	if t.pipe != nil {
+		return t.pipe.decodeTokens(toks, true, 0), nil
+	}
+	s, err := t.Decode(kept)
+	if err != nil {
+		return "", err
+	}
+	return lossyUTF8([]byte(s)), nil
+}
+
 // Decode returns the text that ids stand for: the exact bytes, which need not
 // be valid UTF-8 when ids is a part of an encoding. A special token gives its
-// content. An id with no token is an error.
+// content. An id with no token is an error. For a tokenizer.json it is
+// DecodeHF(ids, false) without the replacement of invalid UTF-8, so that a
+// prefix of an encoding decodes to a prefix of the text.
 func (t *Tokenizer) Decode(ids []int) (string, error) {
+	if t.pipe != nil {
+		toks := make([]string, len(ids))
+		for i, id := range ids {
+			if id < 0 || id >= len(t.tokens) || t.tokens[id] == "" {
+				return "", fmt.Errorf("tokenizer: decode: ids[%d] = %d is not a token id (vocabulary size %d)", i, id, len(t.tokens))
+			}
+			toks[i] = t.tokenString(id)
+		}
+		return t.pipe.decodeTokens(toks, false, 0), nil
+	}
 	var b strings.Builder
 	for i, id := range ids {
 		if id < 0 || id >= len(t.tokens) || t.tokens[id] == "" {

@@ -1,6 +1,6 @@
 // Parallax (and softmax) attention on the tensor cores: bf16 operands,
 // f32 accumulators, mma.sync.m16n8k16 with ldmatrix fragments and cp.async
-// tiles (spec sections 3, 4 and 8).
+// tiles (docs/MATH.md sections 3, 4 and 8).
 //
 // Notation inside a warp: each warp owns 16 rows of an m16 tile; lane l
 // holds accumulator elements of rows g = l/4 and g + 8, columns 2 (l%4) and

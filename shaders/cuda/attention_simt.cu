@@ -550,7 +550,7 @@ extern "C" __global__ void lin_dkv(const void *r, const void *k, const void *v, 
 
 // ---- exact LLA: one block per query row, double precision ----
 //
-// Per row (spec section 5): w_j = exp(s_j - m), omega = sum w,
+// Per row (docs/MATH.md section 5): w_j = exp(s_j - m), omega = sum w,
 // mu = sum w (k - q), Sig = sum w (k - q)(k - q)^T + lambda omega I,
 // rho* = Sig^-1 mu (CG or Cholesky), o = sum w (1 - rho*.(k - q)) v / den,
 // den = omega - mu.rho*, eta = (omega - den) / den. Sig and the weights of

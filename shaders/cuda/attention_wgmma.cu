@@ -1,5 +1,5 @@
 // Parallax (and softmax) attention on Hopper's warpgroup tensor-core
-// instructions (wgmma, sm_90a): bf16 operands, f32 accumulators (spec
+// instructions (wgmma, sm_90a): bf16 operands, f32 accumulators (docs/MATH.md
 // sections 3 and 8). Compiled only for sm_90a; elsewhere this module is
 // empty and the host uses attention_mma.cu.
 //
@@ -333,7 +333,7 @@ __device__ __forceinline__ void kv_wait(u32 aBar, u32 aK, u32 aV, const u16 *K, 
 }
 
 // RowSpan is what a block of 128 query rows [m0, m0 + 128), two
-// warpgroups of 64, sees of the keys under the mask of spec section 1: the
+// warpgroups of 64, sees of the keys under the mask of docs/MATH.md section 1: the
 // block's key tiles of BN, and for this warpgroup's rows [w0, w0 + 64) the
 // keys [wLo, wHi) some row sees and [lastLo, firstHi) every row sees.
 struct RowSpan {
@@ -496,7 +496,7 @@ __device__ __forceinline__ void wfwd_impl(const u16 *Q, const u16 *R, const u16 
 		if (PX) o2[i] = 0;
 	}
 	// mr: the running max of the raw scores s = q.k (the scale is folded
-	// into the exponent, one FFMA an element); d1, d2 as in spec section 3.
+	// into the exponent, one FFMA an element); d1, d2 as in docs/MATH.md section 3.
 	float mr[2] = {NEG_INF, NEG_INF}, d1[2] = {0, 0}, d2[2] = {0, 0};
 	const float sl2 = scale * LOG2E, slk = SLACK / sl2;
 	const int i0 = w0 + warp * 16 + g;
@@ -650,7 +650,7 @@ __device__ __forceinline__ void red_add2(float *p, float a, float b) {
 // so dK and dV accumulate in registers without atomics. Per tile a
 // warpgroup computes the transposed tiles S^T = K Q^T, T^T = K R^T and
 // A^T = V dO^T (keys as rows), then, with the saved statistics of the
-// tile's rows (spec section 4),
+// tile's rows (docs/MATH.md section 4),
 //   dS = p (a - T + (tbar - t)(a - Bv)),  dT = -p (a - Bv),
 //   Pe = p (1 + tbar - t),
 // and dV += Pe^T dO, dK += scale dS^T Q + dT^T R from register operands

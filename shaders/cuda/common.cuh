@@ -253,7 +253,7 @@ __device__ __forceinline__ float quad_sum(float v) {
 }
 
 // row_keys gives rows i0 and i0 + 8 the keys [lo[r], hi[r]) they see
-// under the mask of spec section 1 (off = Lk - Lq).
+// under the mask of docs/MATH.md section 1 (off = Lk - Lq).
 __device__ __forceinline__ void row_keys(int i0, int off, int Lk, int causal, int window, int *hi, int *lo) {
 #pragma unroll
 	for (int r = 0; r < 2; r++) {
@@ -264,7 +264,7 @@ __device__ __forceinline__ void row_keys(int i0, int off, int Lk, int causal, in
 }
 
 // ColSpan is what the dk/dv kernels' block of BK keys [j0, j0 + BK) sees
-// of the queries under the mask of spec section 1: nq tiles of BQ rows
+// of the queries under the mask of docs/MATH.md section 1: nq tiles of BQ rows
 // from q0 (a multiple of BQ), per query head; off = Lk - Lq.
 struct ColSpan {
 	int off, q0, nq;
@@ -283,7 +283,7 @@ __device__ __forceinline__ ColSpan col_span(int j0, int BK, int BQ, int Lq, int 
 }
 
 // fwd_store finishes one thread's two rows i0, i0 + 8 of a streaming
-// forward (spec section 3): reduces d1, d2 over the row's quad, writes
+// forward (docs/MATH.md section 3): reduces d1, d2 over the row's quad, writes
 // o = vbar (1 + tbar) - O2/d1 and vbar = O1/d1 (bf16), and the log-sum-exp
 // and tbar (f32) of row i at index so + i. o1 and o2 are the accumulators
 // in mma.sync's C layout, element 4 n + e of 8-column tile n (D/2 each).

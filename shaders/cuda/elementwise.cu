@@ -102,6 +102,29 @@ extern "C" __global__ void kv_append(void *cache, int dtc, const void *x, int dt
 	}
 }
 
+// kv_append_at writes x [B, H, n, D] into cache [B, H, Cap, D] at
+// starts[b].. of each sequence b; a start outside [0, Cap - n] writes
+// nothing for its sequence and raises error 5 (sequence, start, Cap).
+extern "C" __global__ void kv_append_at(void *cache, int dtc, const void *x, int dtx, const int *starts, int B, int H,
+                                        int n, int Cap, int D, int *err) {
+	i64 total = (i64)B * H * n * D;
+	GRID_STRIDE(i, total) {
+		int d = (int)(i % D);
+		i64 r = i / D;
+		int p = (int)(r % n);
+		i64 bh = r / n;
+		int b = (int)(bh / H);
+		int start = starts[b];
+		if (start < 0 || start > Cap - n) {
+			if (d == 0 && p == 0 && bh % H == 0) raise_error(err, 5, b, start, Cap);
+			continue;
+		}
+		i64 o = (bh * Cap + start + p) * D + d;
+		if (dtc == DT_I32) ((int *)cache)[o] = ((const int *)x)[i];
+		else stf(cache, dtc, o, ldf(x, dtx, i));
+	}
+}
+
 __device__ __forceinline__ float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
 
 extern "C" __global__ void swiglu(void *out, int dto, const void *g, int dtg, const void *u, int dtu, i64 n) {

@@ -30,6 +30,12 @@ type Meta struct {
 	ValTokens   int      `json:"val_tokens"`   // tokens over all validation shards
 	TrainDocs   []string `json:"train_docs"`
 	ValDocs     []string `json:"val_docs"`
+	// Written by Prepare: the input's format (FormatText, FormatChat or
+	// "plain" for a text file) and how many samples (text chunks) each
+	// split holds.
+	Format       string `json:"format,omitempty"`
+	TrainSamples int    `json:"train_samples,omitempty"`
+	ValSamples   int    `json:"val_samples,omitempty"`
 }
 
 // Dataset is a directory of token shards: train_NNNNN.bin, val_NNNNN.bin

@@ -18,16 +18,22 @@ type SamplerState struct {
 // shard into consecutive windows with stride T from there, then visits them
 // in a random order; both come from a generator seeded by (Seed, epoch), so
 // the sampler's whole state is SamplerState and nothing drifts on resume.
+//
+// Shards with a document index (WriteDocShard) are packed instead: see
+// packRows. Their windows are the same rows every epoch, visited in a new
+// random order each epoch, and they carry ignored targets (Ignored).
 type Sampler struct {
 	shards []*Shard
 	t      int
 	st     SamplerState
 	order  []window // the current epoch's windows in visiting order
+	rows   []window // packed mode: every row, in packing order; nil otherwise
 }
 
 type window struct {
 	shard int32
 	start int64
+	n     int32 // packed rows: tokens taken from the shard (the rest is padding)
 }
 
 // NewSampler returns a sampler of windows of t+1 tokens over shards.
@@ -39,10 +45,15 @@ func NewSampler(shards []*Shard, t int, seed uint64) (*Sampler, error) {
 	for _, s := range shards {
 		longest = max(longest, s.Len())
 	}
-	if longest < t+1 {
+	s := &Sampler{shards: shards, t: t}
+	if packed(shards) {
+		s.rows = packRows(shards, t)
+		if len(s.rows) == 0 {
+			return nil, fmt.Errorf("sampler: the training data has no samples")
+		}
+	} else if longest < t+1 {
 		return nil, fmt.Errorf("sampler: the training data (%d tokens in the longest shard) is shorter than one window of %d tokens; use a shorter --seq or more text", longest, t+1)
 	}
-	s := &Sampler{shards: shards, t: t}
 	s.Restore(SamplerState{Seed: seed})
 	return s, nil
 }
@@ -69,20 +80,30 @@ func (s *Sampler) WindowsPerEpoch() int { return len(s.order) }
 // plan lays out the current epoch's windows.
 func (s *Sampler) plan() {
 	rng := newRNG(s.st.Seed, uint64(s.st.Epoch))
-	off := int(rng.below(uint64(s.t)))
 	s.order = s.order[:0]
+	if s.rows != nil {
+		s.order = append(s.order, s.rows...)
+		shuffle(rng, s.order)
+		return
+	}
+	off := int(rng.below(uint64(s.t)))
 	for i, sh := range s.shards {
 		o := off
 		if sh.Len()-o < s.t+1 {
 			o = 0 // a short shard still contributes from its start
 		}
 		for st := o; st+s.t+1 <= sh.Len(); st += s.t {
-			s.order = append(s.order, window{int32(i), int64(st)})
+			s.order = append(s.order, window{shard: int32(i), start: int64(st)})
 		}
 	}
-	for i := len(s.order) - 1; i > 0; i-- { // Fisher-Yates
+	shuffle(rng, s.order)
+}
+
+// shuffle permutes w uniformly (Fisher-Yates).
+func shuffle(rng *rng, w []window) {
+	for i := len(w) - 1; i > 0; i-- {
 		j := int(rng.below(uint64(i + 1)))
-		s.order[i], s.order[j] = s.order[j], s.order[i]
+		w[i], w[j] = w[j], w[i]
 	}
 }
 
@@ -100,7 +121,11 @@ func (s *Sampler) Next(dst []int32, b int) error {
 		}
 		win := s.order[s.st.Pos]
 		s.st.Pos++
-		s.shards[win.shard].Copy(dst[r*w:(r+1)*w], int(win.start))
+		if s.rows != nil {
+			fillRow(dst[r*w:(r+1)*w], s.shards[win.shard], win)
+		} else {
+			s.shards[win.shard].Copy(dst[r*w:(r+1)*w], int(win.start))
+		}
 	}
 	return nil
 }
@@ -121,8 +146,22 @@ func (s *Sampler) Skip(n int) {
 // EvalWindows returns up to limit consecutive, non-overlapping windows of t+1
 // tokens (stride t) from the start of shards, for a deterministic
 // validation loss; limit <= 0 means all of them.
+//
+// Packed shards (with a document index) give their packed rows in packing
+// order instead, with ignored targets marked as the sampler's are.
 func EvalWindows(shards []*Shard, t, limit int) [][]int32 {
 	var out [][]int32
+	if packed(shards) {
+		for _, row := range packRows(shards, t) {
+			if limit > 0 && len(out) >= limit {
+				break
+			}
+			w := make([]int32, t+1)
+			fillRow(w, shards[row.shard], row)
+			out = append(out, w)
+		}
+		return out
+	}
 	for _, sh := range shards {
 		for st := 0; st+t+1 <= sh.Len(); st += t {
 			if limit > 0 && len(out) >= limit {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 
@@ -106,16 +105,8 @@ const (
 	BackendTCP  = "tcp"
 )
 
-// commDevice is what a device offers when it runs collectives itself
-// (engine/cuda's Device, through NCCL). OpenComm's result implements
-// deviceComm.
-type commDevice interface {
-	CommAvailable() error
-	CommID() ([]byte, error)
-	OpenComm(id []byte, rank, nranks int) (io.Closer, error)
-}
-
-// deviceComm is a device's own communicator (engine/cuda's *NCCL).
+// deviceComm is a device's own communicator, what the OpenComm of an
+// engine.Collectives device returns (engine/cuda's *NCCL).
 type deviceComm interface {
 	AllReduce(avg bool, ts ...*engine.Tensor) error
 	Reduce(avg bool, roots []int, ts ...*engine.Tensor) error
@@ -162,7 +153,7 @@ func NewComm(g *Group, dev engine.Device, backend string) (Comm, error) {
 	default:
 		return nil, fmt.Errorf("distributed: collectives backend %q: want auto, nccl or tcp", backend)
 	}
-	cd, native := dev.(commDevice)
+	cd, native := dev.(engine.Collectives)
 	offer := commOffer{Device: dev.Info().ID(), Native: native}
 	if !native {
 		offer.Why = dev.Info().ID() + " has no native collectives"

@@ -2,8 +2,8 @@ package mad
 
 import "math"
 
-// Scores accumulates MAD's evaluation metrics over an epoch (docs/MAD.md
-// section 8): the argmax prediction at every position whose target is not
+// Scores accumulates MAD's evaluation metrics over an epoch (docs/MAD.md,
+// "The protocol"): the argmax prediction at every position whose target is not
 // IgnoreIndex, per class, and the summed cross-entropy.
 type Scores struct {
 	V       int

@@ -86,9 +86,53 @@ func TestTicks(t *testing.T) {
 	}
 }
 
+// Charts with nothing (or nothing finite) to draw still render: an image of
+// the requested size on a white background, the title's ink where there is
+// room for it, and no curve where no point is finite.
 func TestEmptyAndDegenerate(t *testing.T) {
-	Render(300, 200, Chart{Title: "empty"})
-	Render(300, 200, Chart{Series: []Series{{X: []float64{1}, Y: []float64{math.NaN()}}}})
-	Render(300, 200, Chart{LogY: true, Series: []Series{{X: []float64{1, 2}, Y: []float64{3, 3}}}})
-	Render(10, 10, Chart{Title: "tiny"})
+	blue := [3]uint8{31, 119, 180} // the first series' colour
+	for _, tc := range []struct {
+		name   string
+		w, h   int
+		charts []Chart
+		ink    bool // some non-white pixel
+		curve  bool // the first series' colour covers more than the legend's swatch
+	}{
+		{name: "no charts", w: 300, h: 200},
+		{name: "title only", w: 300, h: 200, charts: []Chart{{Title: "empty"}}, ink: true},
+		{name: "only NaN", w: 300, h: 200, charts: []Chart{{Series: []Series{{X: []float64{1}, Y: []float64{math.NaN()}}}}}, ink: true},
+		{name: "constant on a log axis", w: 300, h: 200, ink: true, curve: true,
+			charts: []Chart{{LogY: true, Series: []Series{{X: []float64{1, 2}, Y: []float64{3, 3}}}}}},
+		{name: "tiny", w: 10, h: 10, charts: []Chart{{Title: "tiny"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			img := Render(tc.w, tc.h, tc.charts...)
+			if b := img.Bounds(); b.Dx() != tc.w || b.Dy() != tc.h {
+				t.Fatalf("size %v, want %dx%d", b, tc.w, tc.h)
+			}
+			if c := img.RGBAAt(0, 0); c.R != 255 || c.G != 255 || c.B != 255 || c.A != 255 {
+				t.Errorf("corner pixel %v, want opaque white", c)
+			}
+			var ink bool
+			blues := 0
+			for i := 0; i < len(img.Pix); i += 4 {
+				p := img.Pix[i : i+4]
+				if p[3] != 255 {
+					t.Fatalf("pixel %d is not opaque: %v", i/4, p)
+				}
+				ink = ink || p[0] != 255 || p[1] != 255 || p[2] != 255
+				if [3]uint8{p[0], p[1], p[2]} == blue {
+					blues++
+				}
+			}
+			const swatch = 150 // the legend's 25 x 3 line, generously
+			curve := blues > swatch
+			if ink != tc.ink {
+				t.Errorf("ink drawn: %v, want %v", ink, tc.ink)
+			}
+			if curve != tc.curve {
+				t.Errorf("curve drawn: %v (%d pixels of its colour), want %v", curve, blues, tc.curve)
+			}
+		})
+	}
 }

@@ -16,8 +16,10 @@ type Variant struct {
 var kernels = []string{
 	"elementwise",
 	"copy",
+	"kv_append_at",
 	"rmsnorm",
 	"rope",
+	"normrope",
 	"embedding",
 	"embedding_bwd",
 	"cross_entropy",
@@ -28,8 +30,8 @@ var kernels = []string{
 	"attn_combine",
 	"attn_decode",
 	"attn_bwd_pre",
-	"attn_bwd_rows",
-	"attn_bwd_cols",
+	"attn_dq",
+	"attn_dkv",
 	"lla",
 	"gate",
 	"view_attn",
@@ -61,8 +63,8 @@ var Variants = func() []Variant {
 	// ... and its backward: the column-parallel (dk, dv) and row-parallel
 	// (dq, dr) kernels.
 	vs = append(vs,
-		Variant{Name: "attn_bwd_cols_coop", Source: "attn_bwd_cols_coop", Target: "vulkan1.1"},
-		Variant{Name: "attn_bwd_rows_coop", Source: "attn_bwd_rows_coop", Target: "vulkan1.1"})
+		Variant{Name: "attn_dkv_coop", Source: "attn_dkv_coop", Target: "vulkan1.1"},
+		Variant{Name: "attn_dq_coop", Source: "attn_dq_coop", Target: "vulkan1.1"})
 	// parallax-view's frame: into the swapchain image in its own format
 	// (shaderStorageImageWriteWithoutFormat) or into an RGBA8 image.
 	vs = append(vs,

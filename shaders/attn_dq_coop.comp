@@ -1,5 +1,5 @@
 #version 450
-// Softmax and Parallax attention backward, row-parallel part (spec section
+// Softmax and Parallax attention backward, row-parallel part (docs/MATH.md section
 // 4: dq and dr), on tensor cores (GL_NV_cooperative_matrix, 16 x 16 x 16
 // products, f16 operands, f32 accumulation).
 //
@@ -13,7 +13,7 @@
 //     dS = p (a - T + (tbar - t)(a - Bv)), dT = -p (a - Bv)   (f16)
 //   dQ += (scale dS) K,  dR += dT K     (16 x D each)
 // and at the end dq and dr go through shared memory one fragment at a
-// time. The host uses it as attn_bwd_cols_coop.
+// time. The host uses it as attn_dkv_coop.
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require

@@ -1,5 +1,5 @@
 #version 450
-// Attention backward, row-parallel part (spec section 4): dq and dr. A
+// Attention backward, row-parallel part (docs/MATH.md section 4): dq and dr. A
 // workgroup takes a block of BR rows (over the G heads of one KV head),
 // keeps their q, r and g = dO in shared memory and walks the keys they see
 // in tiles of BC. Per pair, with p recomputed from the saved log-sum-exp

@@ -1,9 +1,9 @@
 #version 450
-// Attention backward, column-parallel part (spec section 4): dk and dv. A
+// Attention backward, column-parallel part (docs/MATH.md section 4): dk and dv. A
 // workgroup owns BC keys of one (batch, KV head), keeps their k and v in
 // shared memory and walks the rows of all G query heads of the group in
 // blocks of BR, skipping blocks that see none of its keys. Per pair (the
-// same quantities as attn_bwd_rows):
+// same quantities as attn_dq):
 //   dk += scale dS q + dT r,   dv += w g,
 // with w = p (1 + tbar - t) (softmax and affine; p without the probe) or
 // w = t (plain linear attention).

@@ -1,5 +1,5 @@
 #version 450
-// Softmax and Parallax attention backward, column-parallel part (spec
+// Softmax and Parallax attention backward, column-parallel part (docs/MATH.md
 // section 4: dk and dv), on tensor cores (GL_NV_cooperative_matrix, 16 x 16
 // x 16 products, f16 operands, f32 accumulation).
 //

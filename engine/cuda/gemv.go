@@ -1,0 +1,125 @@
+//go:build cgo
+
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+
+	"github.com/parallax-engine/parallax/engine"
+)
+
+// gemvMaxRows is the most activation rows the matrix-vector kernels take
+// (gemv_m1 .. gemv_m8 in shaders/cuda/gemv.cu).
+const gemvMaxRows = 8
+
+// gemvOff turns the matrix-vector kernels off (PARALLAX_CUDA_GEMV=0), so
+// every product goes to cuBLASLt.
+var gemvOff = os.Getenv("PARALLAX_CUDA_GEMV") == "0"
+
+// gemv runs out (+)= a b^T on the matrix-vector kernels when the product is
+// a decode step's: a few rows of a 16-bit a against a 16-bit weight b
+// [N, K] of the same dtype, K a multiple of 8 and 16-byte aligned operands.
+// cuBLASLt picks tiles made for many rows and reaches a fraction of the
+// memory bandwidth there. It reports whether it took the product.
+func (d *Device) gemv(dims engine.MatMulDims, o engine.MatMulOpts, out, a, b *engine.Tensor) (bool, error) {
+	rows := dims.M
+	if dims.Batch > 1 {
+		if !dims.SharedB {
+			return false, nil
+		}
+		rows *= dims.Batch
+	}
+	at := a.DType()
+	switch {
+	case gemvOff, o.TransA, !o.TransB, rows > gemvMaxRows, at != b.DType(), at != engine.BF16 && at != engine.F16,
+		dims.K%8 != 0, ptr(a)%16 != 0, ptr(b)%16 != 0:
+		return false, nil
+	}
+	acc := 0
+	if o.Accumulate {
+		acc = 1
+	}
+	blocks := (dims.N + 7) / 8 // a warp per output column, 8 warps a block
+	name := fmt.Sprintf("gemv_m%d", rows)
+	return true, d.launch("gemv", name, [3]int{blocks, 1, 1}, threads256, 0,
+		newArgs().p(ptr(out)).i(dt(out)).p(ptr(a)).p(ptr(b)).i(dt(a)).i(dims.N).i(dims.K).i(acc))
+}
+
+var _ engine.MultiLinear = (*Device)(nil)
+
+// LinearMulti runs up to four decode products of one x in one launch
+// (gemv_multi_m* in shaders/cuda/gemv.cu) when each would take the
+// matrix-vector kernel alone and the outputs share a dtype; see
+// engine.MultiLinear.
+func (d *Device) LinearMulti(outs, ws []*engine.Tensor, x *engine.Tensor) (bool, error) {
+	if len(ws) == 0 || len(ws) > 4 || len(outs) != len(ws) {
+		return false, nil
+	}
+	var set [104]byte
+	var rows, k int
+	blocks := 0
+	for i, w := range ws {
+		o := engine.MatMulOpts{TransB: true}
+		dims, err := engine.CheckMatMul(outs[i], x, w, o)
+		if err != nil {
+			return true, err
+		}
+		if err := d.own("linear multi", outs[i], x, w); err != nil {
+			return true, err
+		}
+		if i == 0 {
+			rows, k = dims.M*dims.Batch, dims.K
+		}
+		switch {
+		case gemvOff, dims.Batch > 1 && !dims.SharedB, dims.M*dims.Batch != rows, rows > gemvMaxRows, dims.N == 0,
+			x.DType() != w.DType(), x.DType() != engine.BF16 && x.DType() != engine.F16, outs[i].DType() != outs[0].DType(),
+			outs[i].DType() != engine.F32 && outs[i].DType() != x.DType(), k%8 != 0, ptr(x)%16 != 0, ptr(w)%16 != 0:
+			return false, nil
+		}
+		binary.LittleEndian.PutUint64(set[8*i:], ptr(outs[i]))
+		binary.LittleEndian.PutUint64(set[32+8*i:], ptr(w))
+		binary.LittleEndian.PutUint32(set[64+4*i:], uint32(dims.N))
+		binary.LittleEndian.PutUint32(set[80+4*i:], uint32(blocks))
+		blocks += (dims.N + 7) / 8
+	}
+	if rows == 0 || k == 0 {
+		return false, nil
+	}
+	for i := len(ws); i <= 4; i++ {
+		binary.LittleEndian.PutUint32(set[80+4*i:], uint32(blocks))
+	}
+	name := fmt.Sprintf("gemv_multi_m%d", rows)
+	return true, d.launch("gemv", name, [3]int{blocks, 1, 1}, threads256, 0,
+		newArgs().blob(set[:], 8).i(dt(outs[0])).p(ptr(x)).i(dt(x)).i(k))
+}
+
+var _ engine.MLPFuser = (*Device)(nil)
+
+// LinearSwiGLU runs a decode step's gate and up products and the SwiGLU in
+// one launch (gemv_swiglu_m* in shaders/cuda/gemv.cu) when both products
+// would take the matrix-vector kernel; see engine.MLPFuser.
+func (d *Device) LinearSwiGLU(act, x, wGate, wUp *engine.Tensor) (bool, error) {
+	o := engine.MatMulOpts{TransB: true}
+	dims, err := engine.CheckMatMul(act, x, wGate, o)
+	if err != nil {
+		return true, err
+	}
+	if _, err := engine.CheckMatMul(act, x, wUp, o); err != nil {
+		return true, err
+	}
+	if err := d.own("linear swiglu", act, x, wGate, wUp); err != nil {
+		return true, err
+	}
+	rows := dims.M * dims.Batch
+	xt := x.DType()
+	switch {
+	case gemvOff, dims.Batch > 1 && !dims.SharedB, rows > gemvMaxRows, rows == 0, dims.N == 0, dims.K%8 != 0,
+		xt != engine.BF16 && xt != engine.F16, wGate.DType() != xt, wUp.DType() != xt,
+		act.DType() != xt && act.DType() != engine.F32, ptr(x)%16 != 0, ptr(wGate)%16 != 0, ptr(wUp)%16 != 0:
+		return false, nil
+	}
+	return true, d.launch("gemv", fmt.Sprintf("gemv_swiglu_m%d", rows), [3]int{(dims.N + 7) / 8, 1, 1}, threads256, 0,
+		newArgs().p(ptr(act)).i(dt(act)).p(ptr(x)).p(ptr(wGate)).p(ptr(wUp)).i(dt(x)).i(dims.N).i(dims.K))
+}

@@ -1,0 +1,119 @@
+//go:build cgo
+
+package cuda
+
+import "github.com/parallax-engine/parallax/engine"
+
+// Host side of the fused head norm and rotation (shaders/cuda/normrope.cu).
+
+const normRoPEModule = "normrope"
+
+var _ engine.NormRoPE = (*Device)(nil)
+
+// normRoPELanes is the lanes a row of width dim gets in the 16-byte
+// kernels: dim/16 (one lane per 8 pairs) when that is a power of two up to
+// 32; 0 when the generic kernels must run.
+func normRoPELanes(dim int) int {
+	if dim%16 != 0 || dim == 0 {
+		return 0
+	}
+	c := dim / 16
+	if c > 32 || c&(c-1) != 0 {
+		return 0
+	}
+	return c
+}
+
+// normRoPEUnits picks the heads per unit of the 16-byte kernels and the
+// grid: a unit's rows share the angles, so units of several heads save
+// trigonometry, but only while enough lanes remain to fill the device
+// (about 2^17 threads, most of an H200 resident); decoding keeps one head
+// a unit. maxBlocks caps the grid (the kernels stride over the rest).
+func normRoPEUnits(b, l, h, lpr, maxBlocks int) (hpu int, grid [3]int) {
+	const want = 1 << 17
+	hpu = max(1, min(h, b*l*h*lpr/want))
+	units := int64(b) * int64(l) * int64((h+hpu-1)/hpu)
+	blocks := (units*int64(lpr) + 255) / 256
+	return hpu, [3]int{int(max(1, min(blocks, int64(maxBlocks)))), 1, 1}
+}
+
+// RMSNormRoPE norms and rotates x [B, L, H, D] into out [B, H, L, D] in one
+// launch; see engine.NormRoPE.
+func (d *Device) RMSNormRoPE(out, rstd, x, w, pos *engine.Tensor, eps, theta float32) error {
+	b, l, h, dim, err := engine.CheckRMSNormRoPE(out, rstd, x, w, pos)
+	if err != nil {
+		return err
+	}
+	if err := d.own("rmsnorm rope", out, rstd, x, w, pos); err != nil {
+		return err
+	}
+	rows := b * l * h
+	if rows == 0 || dim == 0 {
+		return nil
+	}
+	perSeq := 0
+	if pos.Rank() == 2 {
+		perSeq = 1
+	}
+	if lpr := normRoPELanes(dim); lpr > 0 {
+		hpu, g := normRoPEUnits(b, l, h, lpr, 1<<20)
+		return d.launch(normRoPEModule, "normrope8", g, threads256, 0,
+			newArgs().p(ptr(out)).i(dt(out)).p(ptr(rstd)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).p(ptr(pos)).
+				i(b).i(l).i(h).i(dim).i(hpu).i(perSeq).f(eps).f(theta).i(lpr))
+	}
+	return d.launch(normRoPEModule, "normrope", warpRowGrid(rows), threads256, 0,
+		newArgs().p(ptr(out)).i(dt(out)).p(ptr(rstd)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).p(ptr(pos)).
+			i(b).i(l).i(h).i(dim).i(perSeq).f(eps).f(theta))
+}
+
+// RMSNormRoPEBackward computes dX and accumulates dW in one launch (plus,
+// for a 16-bit dW, the f32 scratch's clear and add); see engine.NormRoPE.
+// The grid is capped at a few blocks per multiprocessor, each summing its
+// dW partials over many rows before its one atomic a column.
+func (d *Device) RMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos *engine.Tensor, theta float32) error {
+	b, l, h, dim, err := engine.CheckRMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos)
+	if err != nil {
+		return err
+	}
+	if err := d.own("rmsnorm rope backward", dX, dW, dOut, x, w, rstd, pos); err != nil {
+		return err
+	}
+	rows := b * l * h
+	if rows == 0 || dim == 0 {
+		return nil
+	}
+	perSeq := 0
+	if pos.Rank() == 2 {
+		perSeq = 1
+	}
+	acc := ptr(dW)
+	if dW.DType() != engine.F32 {
+		tmp, err := d.scratch(int64(dim) * 4)
+		if err != nil {
+			return err
+		}
+		defer d.alloc.put(tmp)
+		if err := d.zero(tmp.ptr, int64(dim)*4); err != nil {
+			return err
+		}
+		acc = tmp.ptr
+	}
+	maxBlocks := 4 * max(d.g.sms, 1)
+	smem := 4 * dim
+	if lpr := normRoPELanes(dim); lpr > 0 {
+		hpu, g := normRoPEUnits(b, l, h, lpr, maxBlocks)
+		err = d.launch(normRoPEModule, "normrope_bwd8", g, threads256, smem,
+			newArgs().p(ptr(dX)).i(dt(dX)).p(acc).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).
+				p(ptr(rstd)).p(ptr(pos)).i(b).i(l).i(h).i(dim).i(hpu).i(perSeq).f(theta).i(lpr))
+	} else {
+		g := warpRowGrid(rows)
+		g[0] = min(g[0], maxBlocks)
+		err = d.launch(normRoPEModule, "normrope_bwd", g, threads256, smem,
+			newArgs().p(ptr(dX)).i(dt(dX)).p(acc).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).
+				p(ptr(rstd)).p(ptr(pos)).i(b).i(l).i(h).i(dim).i(perSeq).f(theta))
+	}
+	if err != nil || dW.DType() == engine.F32 {
+		return err
+	}
+	return d.launch(ew, "add_f32", grid1(int64(dim)), threads256, 0, newArgs().p(ptr(dW)).i(dt(dW)).p(acc).l(int64(dim)))
+}

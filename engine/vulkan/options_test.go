@@ -1,0 +1,58 @@
+package vulkan
+
+import (
+	"strings"
+	"testing"
+)
+
+// Every override sets its field, none leaves the defaults, and a value
+// outside a variable's choices is an error naming the variable.
+func TestParseOptions(t *testing.T) {
+	all := map[string]string{EnvAttention: "scalar", EnvDecode: "wide", EnvDecodeVariant: "sh16", EnvDecodeKeyTile: "16",
+		EnvDecodeSplits: "4", EnvPushDescriptors: "0", EnvNo16BitStorage: "1", EnvPipelineStats: "1"}
+	want := Options{Attention: "scalar", Decode: "wide", DecodeVariant: "sh16", DecodeKeyTile: 16, DecodeSplits: 4,
+		NoPushDescriptors: true, No16BitStorage: true, PipelineStats: true}
+	if got, err := ParseOptions(func(k string) string { return all[k] }); err != nil || got != want {
+		t.Errorf("every override: %+v, %v; want %+v", got, err, want)
+	}
+	if got, err := ParseOptions(func(string) string { return "" }); err != nil || got != (Options{}) {
+		t.Errorf("no overrides: %+v, %v; want the zero Options", got, err)
+	}
+	for _, bad := range [][2]string{{EnvDecode, "fast"}, {EnvAttention, "coop"}, {EnvDecodeKeyTile, "x"},
+		{EnvDecodeKeyTile, "48"}, {EnvDecodeSplits, "-1"}, {EnvNo16BitStorage, "yes"}, {EnvPushDescriptors, "2"}} {
+		_, err := ParseOptions(func(k string) string { return map[string]string{bad[0]: bad[1]}[k] })
+		if err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("%s=%s: error %v, want one naming the variable", bad[0], bad[1], err)
+		}
+	}
+}
+
+// The kernel report follows the options: every op family is named, and a
+// forced choice shows.
+func TestOptionsKernels(t *testing.T) {
+	for _, tc := range []struct {
+		o          Options
+		coop, sg32 bool
+		family     string
+		has        string
+	}{
+		{Options{}, true, true, "attention forward", "attn_fwd_coop"},
+		{Options{Attention: "scalar"}, true, true, "attention forward", "attn_fwd (scalar)"},
+		{Options{}, false, true, "attention backward", "attn_dq + attn_dkv"},
+		{Options{}, true, true, "decode", "attn_decode_coop8"},
+		{Options{Decode: "generic"}, true, true, "decode", "generic"},
+		{Options{Decode: "wide", DecodeVariant: "sh16"}, true, true, "decode", "attn_decode_coop.sh16"},
+		{Options{DecodeVariant: "plain"}, false, false, "decode", "attn_decode (at most"},
+		{Options{}, true, false, "matmul", "matmul_coop"},
+	} {
+		k := tc.o.kernels(tc.coop, tc.sg32)
+		for _, f := range []string{"matmul", "attention forward", "attention backward", "decode"} {
+			if k[f] == "" {
+				t.Errorf("%+v: no %q entry in %v", tc.o, f, k)
+			}
+		}
+		if !strings.Contains(k[tc.family], tc.has) {
+			t.Errorf("%+v (coop %v, 32-wide %v): %s = %q, want it to name %q", tc.o, tc.coop, tc.sg32, tc.family, k[tc.family], tc.has)
+		}
+	}
+}

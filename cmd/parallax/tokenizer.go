@@ -173,10 +173,11 @@ func runTokenizerCode(sub string, args []string, stdout io.Writer) error {
 	for _, f := range strings.FieldsFunc(input, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' || r == '\r' }) {
 		v, err := strconv.Atoi(f)
 		if err != nil {
-			return usagef("%q is not an integer token id", f)
+			return fmt.Errorf("%q is not an integer token id", f)
 		}
 		if v < 0 || v >= t.VocabSize() {
-			return usagef("token id %d is outside the vocabulary [0, %d)", v, t.VocabSize())
+			// The ids are data (often piped in), not a command-line mistake.
+			return fmt.Errorf("token id %d is outside the vocabulary [0, %d)", v, t.VocabSize())
 		}
 		ids = append(ids, v)
 	}

@@ -87,6 +87,9 @@ need_header GL/gl.h libgl-dev
 need_cmd Xvfb xvfb
 # parallax chat's terminal test drives it in tmux (it skips without).
 need_cmd tmux tmux || say "without it the chat terminal test is skipped"
+# The chat page of parallax serve is checked in headless Chromium (the test
+# skips without it).
+need_cmd chromium chromium || say "without it the chat page test is skipped"
 need_cmd xauth xauth
 
 # NVRTC 12 for the CUDA kernels' compile test (sm_80 and the Hopper sm_90a

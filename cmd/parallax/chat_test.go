@@ -166,42 +166,55 @@ func (s *tmuxSession) waitFor(want string, n int) string {
 }
 
 // TestChatTmux runs parallax chat in a terminal (tmux): two turns, Ctrl-C
-// at the prompt, /reset, Ctrl-D.
+// at the prompt, /reset, Ctrl-D; on a model trained by the tests and on
+// the Hugging Face Qwen3 folder converted to Parallax (with its chat
+// template).
 func TestChatTmux(t *testing.T) {
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Skip("tmux is not installed")
 	}
-	dir := writeChatModel(t)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &tmuxSession{t: t, name: "chat", sock: filepath.Join(t.TempDir(), "tmux.sock")}
-	// The shell traps Ctrl-C, which the terminal sends to it too, so that
-	// it outlives the chat and reports its exit status.
-	cmd := fmt.Sprintf("trap true INT; PARALLAX_CLI_MAIN=1 %q chat --model %q --device cpu --max-tokens 8; echo chat-exited-$?; sleep 30", self, dir)
-	s.tmux("new-session", "-d", "-s", s.name, "-x", "120", "-y", "40", "sh", "-c", cmd)
-	defer exec.Command("tmux", "-S", s.sock, "kill-server").Run()
-	s.waitFor("> ", 1)
-	s.tmux("send-keys", "-t", s.name, "Hello", "Enter")
-	s.waitFor("> ", 2)
-	s.tmux("send-keys", "-t", s.name, "And again", "Enter")
-	s.waitFor("> ", 3)
-	s.tmux("send-keys", "-t", s.name, "C-c")
-	s.waitFor("(Ctrl-D quits)", 1)
-	s.tmux("send-keys", "-t", s.name, "/reset", "Enter")
-	s.waitFor("(new conversation)", 1)
-	s.tmux("send-keys", "-t", s.name, "C-d")
-	sc := s.waitFor("chat-exited-", 1)
-	if !strings.Contains(sc, "chat-exited-0") {
-		t.Errorf("chat did not exit 0:\n%s", sc)
+	for _, tc := range []struct {
+		name  string
+		dir   func(t *testing.T) string
+		extra string
+	}{
+		{"trained", writeChatModel, ""},
+		{"hf-converted", hfChatFolder, "--convert-parallax"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := tc.dir(t)
+			s := &tmuxSession{t: t, name: "chat", sock: filepath.Join(t.TempDir(), "tmux.sock")}
+			// The shell traps Ctrl-C, which the terminal sends to it too, so
+			// that it outlives the chat and reports its exit status.
+			cmd := fmt.Sprintf("trap true INT; PARALLAX_CLI_MAIN=1 %q chat --model %q --device cpu --max-tokens 8 %s; echo chat-exited-$?; sleep 30", self, dir, tc.extra)
+			s.tmux("new-session", "-d", "-s", s.name, "-x", "120", "-y", "40", "sh", "-c", cmd)
+			defer exec.Command("tmux", "-S", s.sock, "kill-server").Run()
+			s.waitFor("> ", 1)
+			s.tmux("send-keys", "-t", s.name, "Hello", "Enter")
+			s.waitFor("> ", 2)
+			s.tmux("send-keys", "-t", s.name, "And again", "Enter")
+			s.waitFor("> ", 3)
+			s.tmux("send-keys", "-t", s.name, "C-c")
+			s.waitFor("(Ctrl-D quits)", 1)
+			s.tmux("send-keys", "-t", s.name, "/reset", "Enter")
+			s.waitFor("(new conversation)", 1)
+			s.tmux("send-keys", "-t", s.name, "C-d")
+			sc := s.waitFor("chat-exited-", 1)
+			if !strings.Contains(sc, "chat-exited-0") {
+				t.Errorf("chat did not exit 0:\n%s", sc)
+			}
+			for _, want := range []string{"> Hello", "> And again"} {
+				if !strings.Contains(sc, want) {
+					t.Errorf("the screen lacks %q:\n%s", want, sc)
+				}
+			}
+			t.Logf("screen:\n%s", sc)
+		})
 	}
-	for _, want := range []string{"> Hello", "> And again"} {
-		if !strings.Contains(sc, want) {
-			t.Errorf("the screen lacks %q:\n%s", want, sc)
-		}
-	}
-	t.Logf("screen:\n%s", sc)
 }
 
 // TestTokenizerRender renders a conversation with the CLI: exactly the
@@ -274,6 +287,21 @@ func TestChatInterrupt(t *testing.T) {
 // TestChatHFFolder chats with the converted Hugging Face Qwen3 folder of
 // testdata, given a chat template.
 func TestChatHFFolder(t *testing.T) {
+	dir := hfChatFolder(t)
+	var out, errOut bytes.Buffer
+	args := []string{"--model", dir, "--device", "cpu", "--max-tokens", "6", "--temperature", "0", "--system", "Be brief."}
+	if err := chatLoop(args, strings.NewReader("Hello\n/reset\nHi again\n"), &out, &errOut, nil); err != nil {
+		t.Fatalf("chat: %v\n%s", err, errOut.String())
+	}
+	if strings.Count(out.String(), "> ") < 4 || !strings.Contains(out.String(), "(new conversation)") {
+		t.Errorf("output:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	}
+}
+
+// hfChatFolder is the Hugging Face Qwen3 fixture (made by transformers)
+// with the Qwen3-style chat template beside it, in a temporary folder.
+func hfChatFolder(t *testing.T) string {
+	t.Helper()
 	dir := t.TempDir()
 	entries, err := os.ReadDir(fixtureDir)
 	if err != nil {
@@ -289,13 +317,8 @@ func TestChatHFFolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), cfg, 0o644)
-	var out, errOut bytes.Buffer
-	args := []string{"--model", dir, "--device", "cpu", "--max-tokens", "6", "--temperature", "0", "--system", "Be brief."}
-	if err := chatLoop(args, strings.NewReader("Hello\n/reset\nHi again\n"), &out, &errOut, nil); err != nil {
-		t.Fatalf("chat: %v\n%s", err, errOut.String())
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), cfg, 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if strings.Count(out.String(), "> ") < 4 || !strings.Contains(out.String(), "(new conversation)") {
-		t.Errorf("output:\n%s\nstderr:\n%s", out.String(), errOut.String())
-	}
+	return dir
 }

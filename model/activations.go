@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/parallax-engine/parallax/engine"
 )
@@ -118,12 +117,38 @@ func (m *Model) newActivations(B, T int, train bool) (*Activations, error) {
 	a.ids = al.t(engine.I32, N)
 	a.targets = al.t(engine.I32, N)
 	a.pos = al.t(engine.I32, T)
-	nl, nres := 1, 2 // inference: one layer set, residual ping-pong
+	nl, nres := 1, 1 // inference: one layer set, the stream updated in place
 	if train {
 		nl, nres = c.Layers, c.Layers+1
 	}
 	for range nres {
 		a.res = append(a.res, al.t(dt, N, d))
+	}
+	a.qn, a.kn, a.vn = al.t(dt, B, T, hq, D), al.t(dt, B, T, hkv, D), al.t(dt, B, T, hkv, D)
+	if c.Parallax() {
+		a.rn = al.t(dt, B, T, hq, D)
+	}
+	// One position (decoding): [B, 1, H, D] and [B, H, 1, D] are the same
+	// memory, so the attention layouts are views of the projections' and
+	// the swaps between them vanish (rec.swap skips a swap onto a view of
+	// its source).
+	oneTok := !train && T == 1
+	view := func(src *engine.Tensor, shape ...int) *engine.Tensor {
+		if !oneTok || src == nil {
+			return al.t(dt, shape...)
+		}
+		v, err := src.Reshape(shape...)
+		if err != nil {
+			if al.err == nil {
+				al.err = fmt.Errorf("activation view: %w", err)
+			}
+			return nil
+		}
+		if a.views == nil {
+			a.views = map[*engine.Tensor]bool{}
+		}
+		a.views[v] = true
+		return v
 	}
 	a.layers = make([]layerActs, nl)
 	for i := range a.layers {
@@ -131,10 +156,10 @@ func (m *Model) newActivations(B, T int, train bool) (*Activations, error) {
 		la.ln1, la.ln1Rstd = al.t(dt, N, d), al.t(engine.F32, N)
 		la.q, la.qRstd = al.t(dt, B, T, hq, D), al.t(engine.F32, B, T, hq)
 		la.k, la.kRstd = al.t(dt, B, T, hkv, D), al.t(engine.F32, B, T, hkv)
-		la.qh, la.kh, la.vh = al.t(dt, B, hq, T, D), al.t(dt, B, hkv, T, D), al.t(dt, B, hkv, T, D)
+		la.qh, la.kh, la.vh = view(a.qn, B, hq, T, D), view(a.kn, B, hkv, T, D), view(a.vn, B, hkv, T, D)
 		if c.Parallax() {
 			la.r, la.rRstd = al.t(dt, B, T, hq, D), al.t(engine.F32, B, T, hq)
-			la.rh = al.t(dt, B, hq, T, D)
+			la.rh = view(a.rn, B, hq, T, D)
 			if c.ProbeGate {
 				la.rn, la.gz = al.t(dt, B, T, hq, D), al.t(dt, B, T, hq)
 			}
@@ -147,42 +172,10 @@ func (m *Model) newActivations(B, T int, train bool) (*Activations, error) {
 				la.vbar = al.t(dt, B, hq, T, D)
 			}
 		}
-		la.attT = al.t(dt, B, T, hq, D)
+		la.attT = view(la.att, B, T, hq, D)
 		la.mid = al.t(dt, N, d)
 		la.ln2, la.ln2Rstd = al.t(dt, N, d), al.t(engine.F32, N)
 		la.gate, la.up, la.act = al.t(dt, N, f), al.t(dt, N, f), al.t(dt, N, f)
-	}
-	a.qn, a.kn, a.vn = al.t(dt, B, T, hq, D), al.t(dt, B, T, hkv, D), al.t(dt, B, T, hkv, D)
-	if c.Parallax() {
-		a.rn = al.t(dt, B, T, hq, D)
-	}
-	if !train && T == 1 && al.err == nil {
-		// One position: [B, 1, H, D] and [B, H, 1, D] are the same memory,
-		// so the attention layouts are views of the projections' and the
-		// swaps between them vanish (rec.swap skips a swap onto itself).
-		la := &a.layers[0]
-		for _, p := range []struct {
-			dst **engine.Tensor
-			src *engine.Tensor
-		}{
-			{&la.qh, a.qn}, {&la.kh, a.kn}, {&la.vh, a.vn}, {&la.rh, a.rn}, {&la.attT, la.att},
-		} {
-			if *p.dst == nil || p.src == nil {
-				continue
-			}
-			al.made = slices.DeleteFunc(al.made, func(t *engine.Tensor) bool { return t == *p.dst })
-			m.Dev.Free(*p.dst)
-			v, err := p.src.Reshape((*p.dst).Shape()...)
-			if err != nil {
-				al.err = fmt.Errorf("activation view: %w", err)
-				break
-			}
-			*p.dst = v
-			if a.views == nil {
-				a.views = map[*engine.Tensor]bool{}
-			}
-			a.views[v] = true
-		}
 	}
 	a.lnf, a.lnfRstd = al.t(dt, N, d), al.t(engine.F32, N)
 	// Training logits are in the compute dtype (the head's output and, in

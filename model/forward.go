@@ -159,19 +159,14 @@ func (m *Model) forward(a *Activations, cache *KVCache, last bool) error {
 	r.embedding(a.res[0], m.Embed.compute(), a.ids)
 	for l := range c.Layers {
 		r.where = fmt.Sprintf("layer %d", l)
+		// Inference has one stream buffer, updated in place (nothing reads
+		// a block's input again): x == out.
 		x := a.res[l%len(a.res)]
 		out := a.res[(l+1)%len(a.res)]
-		if !a.Train {
-			// Nothing reads a block's input again: update the stream in place.
-			x, out = a.res[0], a.res[0]
-		}
 		m.blockForward(r, l, a, &a.layers[l%len(a.layers)], x, out, cache)
 	}
 	r.where = "head"
 	final := a.res[c.Layers%len(a.res)]
-	if !a.Train {
-		final = a.res[0]
-	}
 	if last {
 		if err := m.allocLast(a); err != nil {
 			return err

@@ -26,9 +26,9 @@ type KVCache struct {
 	splits int            // DecodeAttention's Splits (0: the backend's choice)
 	dev    engine.Device
 
-	graphs   map[graphKey]engine.Graph // recorded decode steps (graph.go)
-	warm     map[graphKey]bool         // shapes that ran once eagerly
-	noGraphs bool                      // recording failed: eager steps only
+	graphs   map[*Activations]engine.Graph // recorded decode steps by activation set (graph.go)
+	warm     map[*Activations]bool         // activation sets that ran a step eagerly
+	noGraphs bool                          // recording failed: eager steps only
 }
 
 // NewKVCache allocates a cache for B sequences of up to capacity positions

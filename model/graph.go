@@ -23,11 +23,6 @@ import (
 // steps for that cache; a stale graph (device scratch reallocated) is
 // recorded again.
 
-// graphKey names one recorded decode step of a cache.
-type graphKey struct {
-	a *Activations
-}
-
 // graphsDisabled turns recording off for every model of the process
 // (PARALLAX_GRAPHS=0), to compare with eager steps or to rule graphs out.
 var graphsDisabled = os.Getenv("PARALLAX_GRAPHS") == "0"
@@ -50,11 +45,11 @@ func (m *Model) replayDecode(kv *KVCache, a *Activations) (bool, error) {
 	if r.err != nil {
 		return true, fmt.Errorf("step: %w", r.err)
 	}
-	k := graphKey{a: a}
+	k := a // one recorded step per activation set of the cache
 	g := kv.graphs[k]
 	if g == nil {
 		if kv.warm == nil {
-			kv.warm = map[graphKey]bool{}
+			kv.warm = map[*Activations]bool{}
 		}
 		if !kv.warm[k] {
 			kv.warm[k] = true
@@ -76,7 +71,7 @@ func (m *Model) replayDecode(kv *KVCache, a *Activations) (bool, error) {
 			return false, nil
 		}
 		if kv.graphs == nil {
-			kv.graphs = map[graphKey]engine.Graph{}
+			kv.graphs = map[*Activations]engine.Graph{}
 		}
 		kv.graphs[k], g = ng, ng
 	}

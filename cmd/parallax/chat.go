@@ -44,6 +44,30 @@ const chatExamples = `
 const plainTemplate = `{% for m in messages %}{{ m.role }}: {{ m.content }}
 {% endfor %}{% if add_generation_prompt %}assistant:{% endif %}`
 
+// samplingFlags fills the sampling flags the command line left unset from
+// the model folder's generation_config.json, then checks every numeric one
+// before the model loads (NaN passes any comparison, so each test is
+// written to fail on it). It returns the generation config (nil if the
+// folder has none).
+func samplingFlags(dir string, maxTokens int, temp, topP *float64, topK *int, changed func(string) bool) (*chat.GenerationConfig, error) {
+	gc, err := chat.LoadGenerationConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	applyGenerationConfig(gc, temp, topP, topK, changed)
+	switch {
+	case maxTokens < 1:
+		return nil, usagef("--max-tokens %d must be >= 1", maxTokens)
+	case !(*temp >= 0) || !finite(*temp):
+		return nil, usagef("--temperature %g must be a finite number >= 0 (0: greedy)", *temp)
+	case *topK < 0:
+		return nil, usagef("--top-k %d must be >= 0 (0: all)", *topK)
+	case !(*topP > 0 && *topP <= 1):
+		return nil, usagef("--top-p %g must be in (0, 1] (1: all)", *topP)
+	}
+	return gc, nil
+}
+
 // applyGenerationConfig takes generation_config.json's sampling settings
 // for the flags not given on the command line.
 func applyGenerationConfig(gc *chat.GenerationConfig, temp, topP *float64, topK *int, changed func(string) bool) {
@@ -112,20 +136,9 @@ func chatLoop(args []string, stdin io.Reader, stdout, stderr io.Writer, interrup
 	if err := noArgs(fs); err != nil {
 		return err
 	}
-	gc, err := chat.LoadGenerationConfig(*dir)
+	gc, err := samplingFlags(*dir, *maxTokens, temp, topP, topK, fs.Changed)
 	if err != nil {
 		return err
-	}
-	applyGenerationConfig(gc, temp, topP, topK, fs.Changed)
-	switch {
-	case *maxTokens < 1:
-		return usagef("--max-tokens %d must be >= 1", *maxTokens)
-	case !(*temp >= 0) || !finite(*temp):
-		return usagef("--temperature %g must be a finite number >= 0 (0: greedy)", *temp)
-	case *topK < 0:
-		return usagef("--top-k %d must be >= 0 (0: all)", *topK)
-	case !(*topP > 0 && *topP <= 1):
-		return usagef("--top-p %g must be in (0, 1] (1: all)", *topP)
 	}
 	for _, s := range *stops {
 		if s == "" {

@@ -8,7 +8,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/parallax-engine/parallax/model"
-	"github.com/parallax-engine/parallax/model/chat"
 	"github.com/parallax-engine/parallax/model/tokenizer"
 	"github.com/parallax-engine/parallax/train"
 )
@@ -71,22 +70,9 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 			return usagef("--stop wants a non-empty text")
 		}
 	}
-	gc, err := chat.LoadGenerationConfig(*dir)
+	gc, err := samplingFlags(*dir, *maxTokens, temp, topP, topK, fs.Changed)
 	if err != nil {
 		return err
-	}
-	applyGenerationConfig(gc, temp, topP, topK, fs.Changed)
-	// Every numeric flag is checked here, before the model loads: NaN
-	// passes any comparison, so each test is written to fail on it.
-	switch {
-	case *maxTokens < 1:
-		return usagef("--max-tokens %d must be >= 1", *maxTokens)
-	case !(*temp >= 0) || !finite(*temp):
-		return usagef("--temperature %g must be a finite number >= 0 (0: greedy)", *temp)
-	case *topK < 0:
-		return usagef("--top-k %d must be >= 0 (0: all)", *topK)
-	case !(*topP > 0 && *topP <= 1):
-		return usagef("--top-p %g must be in (0, 1] (1: all)", *topP)
 	}
 	dt, err := parseDTypeFlag(*dtypeName)
 	if err != nil {

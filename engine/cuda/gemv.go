@@ -24,17 +24,8 @@ var gemvOff = os.Getenv("PARALLAX_CUDA_GEMV") == "0"
 // cuBLASLt picks tiles made for many rows and reaches a fraction of the
 // memory bandwidth there. It reports whether it took the product.
 func (d *Device) gemv(dims engine.MatMulDims, o engine.MatMulOpts, out, a, b *engine.Tensor) (bool, error) {
-	rows := dims.M
-	if dims.Batch > 1 {
-		if !dims.SharedB {
-			return false, nil
-		}
-		rows *= dims.Batch
-	}
-	at := a.DType()
-	switch {
-	case gemvOff, o.TransA, !o.TransB, rows > gemvMaxRows, at != b.DType(), at != engine.BF16 && at != engine.F16,
-		dims.K%8 != 0, ptr(a)%16 != 0, ptr(b)%16 != 0:
+	rows := gemvRows(dims, o, out, a, b)
+	if rows == 0 {
 		return false, nil
 	}
 	acc := 0
@@ -45,6 +36,21 @@ func (d *Device) gemv(dims engine.MatMulDims, o engine.MatMulOpts, out, a, b *en
 	name := fmt.Sprintf("gemv_m%d", rows)
 	return true, d.launch("gemv", name, [3]int{blocks, 1, 1}, threads256, 0,
 		newArgs().p(ptr(out)).i(dt(out)).p(ptr(a)).p(ptr(b)).i(dt(a)).i(dims.N).i(dims.K).i(acc))
+}
+
+// gemvRows is the number of activation rows of the product out = x w^T that
+// the matrix-vector kernels take, 0 where they do not: 1 to gemvMaxRows
+// rows (over a batch sharing w), a 16-bit x of w's dtype, out in x's dtype
+// or f32, K a multiple of 8 and 16-byte aligned operands.
+func gemvRows(dims engine.MatMulDims, o engine.MatMulOpts, out, x, w *engine.Tensor) int {
+	rows, xt := dims.M*dims.Batch, x.DType()
+	switch {
+	case gemvOff, o.TransA, !o.TransB, dims.Batch > 1 && !dims.SharedB, rows == 0, rows > gemvMaxRows, dims.N == 0,
+		xt != w.DType(), xt != engine.BF16 && xt != engine.F16, out.DType() != xt && out.DType() != engine.F32,
+		dims.K%8 != 0, ptr(x)%16 != 0, ptr(w)%16 != 0:
+		return 0
+	}
+	return rows
 }
 
 var _ engine.MultiLinear = (*Device)(nil)
@@ -69,13 +75,11 @@ func (d *Device) LinearMulti(outs, ws []*engine.Tensor, x *engine.Tensor) (bool,
 		if err := d.own("linear multi", outs[i], x, w); err != nil {
 			return true, err
 		}
+		r := gemvRows(dims, o, outs[i], x, w)
 		if i == 0 {
-			rows, k = dims.M*dims.Batch, dims.K
+			rows, k = r, dims.K
 		}
-		switch {
-		case gemvOff, dims.Batch > 1 && !dims.SharedB, dims.M*dims.Batch != rows, rows > gemvMaxRows, dims.N == 0,
-			x.DType() != w.DType(), x.DType() != engine.BF16 && x.DType() != engine.F16, outs[i].DType() != outs[0].DType(),
-			outs[i].DType() != engine.F32 && outs[i].DType() != x.DType(), k%8 != 0, ptr(x)%16 != 0, ptr(w)%16 != 0:
+		if r == 0 || r != rows || outs[i].DType() != outs[0].DType() {
 			return false, nil
 		}
 		binary.LittleEndian.PutUint64(set[8*i:], ptr(outs[i]))
@@ -84,7 +88,7 @@ func (d *Device) LinearMulti(outs, ws []*engine.Tensor, x *engine.Tensor) (bool,
 		binary.LittleEndian.PutUint32(set[80+4*i:], uint32(blocks))
 		blocks += (dims.N + 7) / 8
 	}
-	if rows == 0 || k == 0 {
+	if k == 0 {
 		return false, nil
 	}
 	for i := len(ws); i <= 4; i++ {
@@ -112,12 +116,8 @@ func (d *Device) LinearSwiGLU(act, x, wGate, wUp *engine.Tensor) (bool, error) {
 	if err := d.own("linear swiglu", act, x, wGate, wUp); err != nil {
 		return true, err
 	}
-	rows := dims.M * dims.Batch
-	xt := x.DType()
-	switch {
-	case gemvOff, dims.Batch > 1 && !dims.SharedB, rows > gemvMaxRows, rows == 0, dims.N == 0, dims.K%8 != 0,
-		xt != engine.BF16 && xt != engine.F16, wGate.DType() != xt, wUp.DType() != xt,
-		act.DType() != xt && act.DType() != engine.F32, ptr(x)%16 != 0, ptr(wGate)%16 != 0, ptr(wUp)%16 != 0:
+	rows := gemvRows(dims, o, act, x, wGate)
+	if rows == 0 || gemvRows(dims, o, act, x, wUp) == 0 {
 		return false, nil
 	}
 	return true, d.launch("gemv", fmt.Sprintf("gemv_swiglu_m%d", rows), [3]int{(dims.N + 7) / 8, 1, 1}, threads256, 0,

@@ -19,7 +19,7 @@ import (
 const muonMod = "muon"
 
 // muonEntry is one matrix of a muon.cu table: up to four operand words,
-// the element count and two dtype codes (struct muon_entry).
+// the element count and two dtype codes (struct mt_entry, shaders/cuda/multi.cuh).
 type muonEntry struct {
 	p  [4]uint64
 	n  int

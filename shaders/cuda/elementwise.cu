@@ -693,35 +693,8 @@ extern "C" __global__ void rand_fill(void *t, int dt, i64 n, unsigned seed, floa
 	}
 }
 
-// ---- multi-tensor ops: one launch over a list of tensors ----
-//
-// The table holds T entries and, after them, T+1 block offsets: tensor t
-// owns blocks [start[t], start[t+1]), MT_CHUNK elements a block, so a block
-// finds its tensor by binary search and works on one contiguous chunk.
-#define MT_CHUNK 16384
-struct mt_entry {
-	u64 p[4]; // up to four operands, by op
-	i64 n;    // elements
-	int dt[2];
-};
-
-__device__ __forceinline__ int mt_find(const int *start, int T, int blk) {
-	int lo = 0, hi = T - 1;
-	while (lo < hi) {
-		int mid = (lo + hi + 1) >> 1;
-		if (start[mid] <= blk) lo = mid;
-		else hi = mid - 1;
-	}
-	return lo;
-}
-
-#define MT_LOOP(tab, T, ...)                                                     \
-	const int *start = (const int *)(tab + T);                                   \
-	int t = mt_find(start, T, blockIdx.x);                                       \
-	const mt_entry e = tab[t];                                                   \
-	i64 c0 = (i64)(blockIdx.x - start[t]) * MT_CHUNK;                            \
-	i64 c1 = min(c0 + MT_CHUNK, e.n);                                            \
-	for (i64 i = c0 + threadIdx.x; i < c1; i += blockDim.x) __VA_ARGS__
+// ---- multi-tensor ops: one launch over a list of tensors (multi.cuh) ----
+#include "multi.cuh"
 
 // mt_fill: p[0] (dtype dt[0]) = v.
 extern "C" __global__ void mt_fill(const mt_entry *tab, int T, float v) {

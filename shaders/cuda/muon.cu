@@ -7,39 +7,14 @@
 // updates bit for bit alike through either.
 #include "common.cuh"
 
-// The table of a launch holds T entries and, after them, T+1 block
-// offsets: matrix t owns blocks [start[t], start[t+1]), MUON_CHUNK elements
-// a block (the layout of elementwise.cu's multi-tensor tables).
-#define MUON_CHUNK 16384
-struct muon_entry {
-	u64 p[4]; // operands, by kernel
-	i64 n;    // elements
-	int dt[2];
-};
-
-__device__ __forceinline__ int muon_find(const int *start, int T, int blk) {
-	int lo = 0, hi = T - 1;
-	while (lo < hi) {
-		int mid = (lo + hi + 1) >> 1;
-		if (start[mid] <= blk) lo = mid;
-		else hi = mid - 1;
-	}
-	return lo;
-}
-
-#define MUON_LOOP(tab, T, ...)                                                   \
-	const int *start = (const int *)(tab + T);                                   \
-	int t = muon_find(start, T, blockIdx.x);                                     \
-	const muon_entry e = tab[t];                                                 \
-	i64 c0 = (i64)(blockIdx.x - start[t]) * MUON_CHUNK;                          \
-	i64 c1 = min(c0 + MUON_CHUNK, e.n);                                          \
-	for (i64 i = c0 + threadIdx.x; i < c1; i += blockDim.x) __VA_ARGS__
+// The tables are the multi-tensor ones of multi.cuh (MT_LOOP, mt_entry).
+#include "multi.cuh"
 
 // muon_mt_momentum: for u = p[0] (the matrix's slot of the stack, dtype
 // dt[0]), g = p[1] (dt[1]) and m = p[2] (f32):
 // m = beta m + (1-beta) g; u = (1-beta) g + beta m (nesterov) or m.
-extern "C" __global__ void muon_mt_momentum(const muon_entry *tab, int T, float beta, int nesterov) {
-	MUON_LOOP(tab, T, {
+extern "C" __global__ void muon_mt_momentum(const mt_entry *tab, int T, float beta, int nesterov) {
+	MT_LOOP(tab, T, {
 		float *m = (float *)e.p[2];
 		double x = ldf((const void *)e.p[1], e.dt[1], i);
 		double mi = (double)beta * m[i] + (1.0 - (double)beta) * x;
@@ -52,8 +27,8 @@ extern "C" __global__ void muon_mt_momentum(const muon_entry *tab, int T, float 
 // (the slot of the stack, dt[1]), its scale and learning-rate multiplier
 // (the f32 bits in p[2] and p[3]): with lr_t = lr * multiplier in f32,
 // p = p (1 - lr_t wd) - lr_t scale o.
-extern "C" __global__ void muon_mt_apply(const muon_entry *tab, int T, float lr0, float wd) {
-	MUON_LOOP(tab, T, {
+extern "C" __global__ void muon_mt_apply(const mt_entry *tab, int T, float lr0, float wd) {
+	MT_LOOP(tab, T, {
 		float scale = __uint_as_float((u32)e.p[2]), lr = __fmul_rn(lr0, __uint_as_float((u32)e.p[3]));
 		double pi = ldf((const void *)e.p[0], e.dt[0], i), oi = ldf((const void *)e.p[1], e.dt[1], i);
 		stf((void *)e.p[0], e.dt[0], i, (float)(pi * (1.0 - (double)lr * wd) - (double)lr * scale * oi));

@@ -18,7 +18,7 @@ type ArgMaxer interface {
 }
 
 // CheckArgMaxRows validates ArgMaxRows and returns (N, W).
-func CheckArgMaxRows(out, x *Tensor, classes int) (n, w int, err error) {
+func CheckArgMaxRows(own Owner, out, x *Tensor, classes int) (n, w int, err error) {
 	const op = "argmax rows"
 	if err = need(op, "x", x, 2, "[N,W]"); err != nil {
 		return
@@ -34,7 +34,7 @@ func CheckArgMaxRows(out, x *Tensor, classes int) (n, w int, err error) {
 	if classes < 1 || classes > w {
 		err = argErr(op, "", "classes %d is not in [1, %d]", classes, w)
 	}
-	return
+	return n, w, own.after(err, op, out, x)
 }
 
 // ArgMaxRows is ArgMaxer's op on any device: the device's kernel where it
@@ -44,7 +44,7 @@ func ArgMaxRows(dev Device, out, x *Tensor, classes int) error {
 	if a, ok := dev.(ArgMaxer); ok {
 		return a.ArgMaxRows(out, x, classes)
 	}
-	n, w, err := CheckArgMaxRows(out, x, classes)
+	n, w, err := CheckArgMaxRows(nil, out, x, classes)
 	if err != nil {
 		return err
 	}

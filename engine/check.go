@@ -122,6 +122,31 @@ func CheckDevice(op string, dev Device, ts ...*Tensor) error {
 	return nil
 }
 
+// An Owner checks that the operands of op live on the device that runs it,
+// and whatever else that device requires before it runs an op (that it is
+// still open, say). A backend passes its own (CheckDevice over the device,
+// and its other conditions) to the Check functions that take one, which
+// call it with the op's name and operands once they are valid. A nil Owner
+// checks nothing.
+type Owner func(op string, ts ...*Tensor) error
+
+// check calls o, when it is not nil, with op and ts.
+func (o Owner) check(op string, ts ...*Tensor) error {
+	if o == nil {
+		return nil
+	}
+	return o(op, ts...)
+}
+
+// after returns err, the operands' validation, or when that is nil o's
+// check of op's operands ts.
+func (o Owner) after(err error, op string, ts ...*Tensor) error {
+	if err != nil {
+		return err
+	}
+	return o.check(op, ts...)
+}
+
 func devName(d Device) string {
 	if d == nil {
 		return "no device"
@@ -170,13 +195,15 @@ func CheckMatMul(out, a, b *Tensor, o MatMulOpts) (MatMulDims, error) {
 }
 
 // CheckEmbedding validates Embedding and returns (rows gathered, width, vocab).
-func CheckEmbedding(out, table, ids *Tensor) (n, d, v int, err error) {
-	return checkEmb("embedding", "out", out, table, ids)
+func CheckEmbedding(own Owner, out, table, ids *Tensor) (n, d, v int, err error) {
+	n, d, v, err = checkEmb("embedding", "out", out, table, ids)
+	return n, d, v, own.after(err, "embedding", out, table, ids)
 }
 
 // CheckEmbeddingBackward validates EmbeddingBackward.
-func CheckEmbeddingBackward(dTable, ids, dOut *Tensor) (n, d, v int, err error) {
-	return checkEmb("embedding backward", "dOut", dOut, dTable, ids)
+func CheckEmbeddingBackward(own Owner, dTable, ids, dOut *Tensor) (n, d, v int, err error) {
+	n, d, v, err = checkEmb("embedding backward", "dOut", dOut, dTable, ids)
+	return n, d, v, own.after(err, "embedding backward", dTable, ids, dOut)
 }
 
 func checkEmb(op, outName string, out, table, ids *Tensor) (n, d, v int, err error) {
@@ -199,7 +226,7 @@ func checkEmb(op, outName string, out, table, ids *Tensor) (n, d, v int, err err
 }
 
 // CheckRMSNorm validates RMSNorm and returns (rows, width).
-func CheckRMSNorm(out, rstd, x, w *Tensor) (rows, n int, err error) {
+func CheckRMSNorm(own Owner, out, rstd, x, w *Tensor) (rows, n int, err error) {
 	const op = "rmsnorm"
 	if err = needFloats(op, []string{"out", "x", "w"}, out, x, w); err != nil {
 		return
@@ -221,16 +248,16 @@ func CheckRMSNorm(out, rstd, x, w *Tensor) (rows, n int, err error) {
 		}
 		err = needShape(op, "rstd", rstd, x.shape[:x.Rank()-1])
 	}
-	return
+	return rows, n, own.after(err, op, out, rstd, x, w)
 }
 
 // CheckRMSNormBackward validates RMSNormBackward and returns (rows, width).
-func CheckRMSNormBackward(dX, dW, dOut, x, w, rstd *Tensor) (rows, n int, err error) {
+func CheckRMSNormBackward(own Owner, dX, dW, dOut, x, w, rstd *Tensor) (rows, n int, err error) {
 	const op = "rmsnorm backward"
 	if rstd == nil {
 		return 0, 0, argErr(op, "rstd", "missing (the forward's saved F32 rstd)")
 	}
-	if rows, n, err = CheckRMSNorm(dOut, rstd, x, w); err != nil {
+	if rows, n, err = CheckRMSNorm(nil, dOut, rstd, x, w); err != nil {
 		return
 	}
 	if err = needFloats(op, []string{"dX", "dW"}, dX, dW); err != nil {
@@ -240,7 +267,7 @@ func CheckRMSNormBackward(dX, dW, dOut, x, w, rstd *Tensor) (rows, n int, err er
 		return
 	}
 	err = needShape(op, "dW", dW, w.shape)
-	return
+	return rows, n, own.after(err, op, dX, dW, dOut, x, w, rstd)
 }
 
 // RoPEFrequencies returns the D/2 rotation frequencies theta^(-2i/D) of
@@ -253,9 +280,11 @@ func RoPEFrequencies(theta float32, d int) []float64 {
 	return f
 }
 
-// CheckRoPE validates RoPE (and RoPEBackward) and returns (B, H, L, D).
-// pos is I32 [L] (shared by every sequence) or [B, L] (per sequence).
-func CheckRoPE(out, x, pos *Tensor) (b, h, l, d int, err error) {
+// CheckRoPE validates RoPE, or with inverse RoPEBackward (dX in out's
+// place, dOut in x's), and returns (B, H, L, D). pos is I32 [L] (shared by
+// every sequence) or [B, L] (per sequence). The operands' errors name the
+// op "rope" either way; own checks them as "rope" or "rope backward".
+func CheckRoPE(own Owner, out, x, pos *Tensor, inverse bool) (b, h, l, d int, err error) {
 	const op = "rope"
 	if err = need(op, "x", x, 4, "[B,H,L,D]"); err != nil {
 		return
@@ -275,12 +304,16 @@ func CheckRoPE(out, x, pos *Tensor) (b, h, l, d int, err error) {
 		want = Shape{b, l} // one position vector per sequence
 	}
 	err = needOf(op, "pos", pos, I32, want)
-	return
+	owner := op
+	if inverse {
+		owner = "rope backward"
+	}
+	return b, h, l, d, own.after(err, owner, out, x, pos)
 }
 
 // CheckElementwise validates ops over same-sized floating tensors and returns
 // the element count. names label the tensors in errors.
-func CheckElementwise(op string, names []string, ts ...*Tensor) (int, error) {
+func CheckElementwise(own Owner, op string, names []string, ts ...*Tensor) (int, error) {
 	if err := needFloats(op, names, ts...); err != nil {
 		return 0, err
 	}
@@ -290,11 +323,11 @@ func CheckElementwise(op string, names []string, ts ...*Tensor) (int, error) {
 			return 0, argErr(op, names[i+1], "has %d elements (%v), want %d like %s %v", t.Numel(), t, n, names[0], ts[0])
 		}
 	}
-	return n, nil
+	return n, own.check(op, ts...)
 }
 
 // CheckCast validates Cast.
-func CheckCast(dst, src *Tensor) (int, error) {
+func CheckCast(own Owner, dst, src *Tensor) (int, error) {
 	const op = "cast"
 	if dst == nil || src == nil {
 		return 0, argErr(op, "", "dst and src are required")
@@ -302,11 +335,11 @@ func CheckCast(dst, src *Tensor) (int, error) {
 	if dst.Numel() != src.Numel() {
 		return 0, argErr(op, "dst", "has %d elements (%v), src %v has %d", dst.Numel(), dst, src, src.Numel())
 	}
-	return src.Numel(), nil
+	return src.Numel(), own.check(op, dst, src)
 }
 
 // CheckSwapAxes12 validates SwapAxes12 and returns src's four dimensions.
-func CheckSwapAxes12(dst, src *Tensor) ([4]int, error) {
+func CheckSwapAxes12(own Owner, dst, src *Tensor) ([4]int, error) {
 	const op = "swapaxes12"
 	var d [4]int
 	if err := need(op, "src", src, 4, "rank 4"); err != nil {
@@ -319,24 +352,24 @@ func CheckSwapAxes12(dst, src *Tensor) ([4]int, error) {
 	if dst.dtype != src.dtype {
 		return d, argErr(op, "dst", "dtype %v differs from src %v", dst, src)
 	}
-	return d, needShape(op, "dst", dst, Shape{d[0], d[2], d[1], d[3]})
+	return d, own.after(needShape(op, "dst", dst, Shape{d[0], d[2], d[1], d[3]}), op, dst, src)
 }
 
 // CheckKVAppendAt validates KVAppendAt's shapes and returns (B, H, n, Cap,
 // D); the starts' values are checked by the op.
-func CheckKVAppendAt(cache, x, starts *Tensor) (b, h, n, capacity, d int, err error) {
-	if b, h, n, capacity, d, err = CheckKVAppend(cache, x, 0); err != nil {
+func CheckKVAppendAt(own Owner, cache, x, starts *Tensor) (b, h, n, capacity, d int, err error) {
+	if b, h, n, capacity, d, err = CheckKVAppend(nil, cache, x, 0); err != nil {
 		return
 	}
 	const op = "kv append at"
 	if starts == nil || starts.dtype != I32 || !starts.shape.Equal(Shape{b}) {
 		err = argErr(op, "starts", "want I32 [%d] (one start per sequence), got %v", b, starts)
 	}
-	return
+	return b, h, n, capacity, d, own.after(err, op, cache, x, starts)
 }
 
 // CheckKVAppend validates KVAppend and returns (B, H, n, Cap, D).
-func CheckKVAppend(cache, x *Tensor, start int) (b, h, n, capacity, d int, err error) {
+func CheckKVAppend(own Owner, cache, x *Tensor, start int) (b, h, n, capacity, d int, err error) {
 	const op = "kv append"
 	if err = need(op, "cache", cache, 4, "[B,H,Cap,D]"); err != nil {
 		return
@@ -362,14 +395,14 @@ func CheckKVAppend(cache, x *Tensor, start int) (b, h, n, capacity, d int, err e
 	if start < 0 || start+n > capacity {
 		err = argErr(op, "", "positions %d..%d do not fit a cache of capacity %d", start, start+n-1, capacity)
 	}
-	return
+	return b, h, n, capacity, d, own.after(err, op, cache, x)
 }
 
 // CheckCrossEntropy validates CrossEntropy and returns N, the row width W
 // of logits [N, W] and the number of classes C (o.Classes, or W when it is
 // 0), with 0 <= C <= W. The targets' values are the backends' to check
 // (they live on the device): each must lie in [0, C) or be o.IgnoreIndex.
-func CheckCrossEntropy(loss, dLogits, logits, targets *Tensor, o CrossEntropyOpts) (n, w, classes int, err error) {
+func CheckCrossEntropy(own Owner, loss, dLogits, logits, targets *Tensor, o CrossEntropyOpts) (n, w, classes int, err error) {
 	const op = "cross entropy"
 	if err = need(op, "logits", logits, 2, "[N,W]"); err != nil {
 		return
@@ -387,7 +420,7 @@ func CheckCrossEntropy(loss, dLogits, logits, targets *Tensor, o CrossEntropyOpt
 	err = needOperands(op, operand{name: "targets", t: targets, want: Shape{n}, dt: I32},
 		operand{name: "loss", t: loss, want: Shape{n}, dt: F32},
 		operand{name: "dLogits", t: dLogits, want: logits.shape, optional: true})
-	return
+	return n, w, classes, own.after(err, op, loss, dLogits, logits, targets)
 }
 
 // AttnDims are the validated sizes of an attention-family op.
@@ -469,7 +502,7 @@ func rowStat(name string, t *Tensor, d AttnDims) operand {
 }
 
 // CheckAttention validates Attention.
-func CheckAttention(a AttentionArgs) (AttnDims, error) {
+func CheckAttention(own Owner, a AttentionArgs) (AttnDims, error) {
 	const op = "attention"
 	d, err := checkQKV(op, a.Q, a.K, a.V, a.AttentionOpts)
 	if err != nil {
@@ -483,13 +516,14 @@ func CheckAttention(a AttentionArgs) (AttnDims, error) {
 	if a.R == nil && (a.Vbar != nil || a.Tbar != nil) {
 		return d, argErr(op, "", "vbar/tbar are Parallax statistics; softmax attention (no r) has none")
 	}
-	return d, needOperands(op, operand{name: "vbar", t: a.Vbar, want: qs, optional: true}, rowStat("tbar", a.Tbar, d))
+	err = needOperands(op, operand{name: "vbar", t: a.Vbar, want: qs, optional: true}, rowStat("tbar", a.Tbar, d))
+	return d, own.after(err, op, a.Q, a.K, a.V, a.R, a.O, a.LSE, a.Vbar, a.Tbar)
 }
 
 // CheckAttentionBackward validates AttentionBackward.
-func CheckAttentionBackward(a AttentionBackwardArgs) (AttnDims, error) {
+func CheckAttentionBackward(own Owner, a AttentionBackwardArgs) (AttnDims, error) {
 	const op = "attention backward"
-	d, err := CheckAttention(AttentionArgs{Q: a.Q, K: a.K, V: a.V, R: a.R, O: a.O,
+	d, err := CheckAttention(nil, AttentionArgs{Q: a.Q, K: a.K, V: a.V, R: a.R, O: a.O,
 		LSE: a.LSE, Vbar: a.Vbar, Tbar: a.Tbar, AttentionOpts: a.AttentionOpts})
 	if err != nil {
 		return d, err
@@ -507,7 +541,8 @@ func CheckAttentionBackward(a AttentionBackwardArgs) (AttnDims, error) {
 	if (a.R == nil) != (a.DR == nil) {
 		return d, argErr(op, "dR", "must be given exactly when r is (Parallax), nil for softmax attention")
 	}
-	return d, needOperands(op, operand{name: "dR", t: a.DR, want: a.Q.shape, optional: true})
+	err = needOperands(op, operand{name: "dR", t: a.DR, want: a.Q.shape, optional: true})
+	return d, own.after(err, op, a.Q, a.K, a.V, a.R, a.O, a.DO, a.LSE, a.Vbar, a.Tbar, a.DQ, a.DK, a.DV, a.DR)
 }
 
 // DecodeDims are the validated sizes of DecodeAttention.
@@ -519,7 +554,7 @@ type DecodeDims struct {
 
 // CheckDecode validates DecodeAttention. The per-sequence lengths live on the
 // device; backends check Lq <= Lens[b] <= Cap when they read them.
-func CheckDecode(a DecodeArgs) (DecodeDims, error) {
+func CheckDecode(own Owner, a DecodeArgs) (DecodeDims, error) {
 	const op = "decode attention"
 	var dd DecodeDims
 	d, err := checkQKV(op, a.Q, a.KCache, a.VCache, AttentionOpts{Scale: a.Scale})
@@ -537,7 +572,7 @@ func CheckDecode(a DecodeArgs) (DecodeDims, error) {
 	if a.Window < 0 || a.Splits < 0 {
 		return dd, argErr(op, "", "window (%d) and splits (%d) must be >= 0", a.Window, a.Splits)
 	}
-	return dd, nil
+	return dd, own.check(op, a.Q, a.R, a.KCache, a.VCache, a.Lens, a.O)
 }
 
 // CheckLLASolvable reports, for lambda = 0, the first query position that
@@ -559,9 +594,9 @@ func CheckLLASolvable(d AttnDims, lambda float32) error {
 }
 
 // CheckLLA validates LLA.
-func CheckLLA(a LLAArgs) (AttnDims, error) {
+func CheckLLA(own Owner, a LLAArgs) (AttnDims, error) {
 	const op = "lla"
-	d, err := CheckAttention(AttentionArgs{Q: a.Q, K: a.K, V: a.V, O: a.O, AttentionOpts: a.AttentionOpts})
+	d, err := CheckAttention(nil, AttentionArgs{Q: a.Q, K: a.K, V: a.V, O: a.O, AttentionOpts: a.AttentionOpts})
 	if err != nil {
 		return d, err
 	}
@@ -574,32 +609,34 @@ func CheckLLA(a LLAArgs) (AttnDims, error) {
 	if a.Solver != SolveCG && a.Solver != SolveDirect {
 		return d, argErr(op, "", "unknown solver %d", a.Solver)
 	}
-	return d, needOperands(op, operand{name: "rhoStar", t: a.RhoStar, want: a.Q.shape, optional: true}, rowStat("eta", a.Eta, d))
+	err = needOperands(op, operand{name: "rhoStar", t: a.RhoStar, want: a.Q.shape, optional: true}, rowStat("eta", a.Eta, d))
+	return d, own.after(err, op, a.Q, a.K, a.V, a.O, a.RhoStar, a.Eta)
 }
 
 // CheckLinearAttention validates LinearAttention.
-func CheckLinearAttention(a LinearAttentionArgs) (AttnDims, error) {
+func CheckLinearAttention(own Owner, a LinearAttentionArgs) (AttnDims, error) {
 	op := "linear attention"
 	d, err := checkQKV(op, a.R, a.K, a.V, a.AttentionOpts)
 	if err != nil {
 		return d, err
 	}
-	return d, needOf(op, "o", a.O, 0, a.R.shape)
+	return d, own.after(needOf(op, "o", a.O, 0, a.R.shape), op, a.R, a.K, a.V, a.O)
 }
 
 // CheckLinearAttentionBackward validates LinearAttentionBackward.
-func CheckLinearAttentionBackward(a LinearAttentionBackwardArgs) (AttnDims, error) {
+func CheckLinearAttentionBackward(own Owner, a LinearAttentionBackwardArgs) (AttnDims, error) {
 	op := "linear attention backward"
 	d, err := checkQKV(op, a.R, a.K, a.V, a.AttentionOpts)
 	if err != nil {
 		return d, err
 	}
-	return d, needOperands(op, operand{name: "dO", t: a.DO, want: a.R.shape}, operand{name: "dR", t: a.DR, want: a.R.shape},
+	err = needOperands(op, operand{name: "dO", t: a.DO, want: a.R.shape}, operand{name: "dR", t: a.DR, want: a.R.shape},
 		operand{name: "dK", t: a.DK, want: a.K.shape}, operand{name: "dV", t: a.DV, want: a.V.shape})
+	return d, own.after(err, op, a.R, a.K, a.V, a.DO, a.DR, a.DK, a.DV)
 }
 
 // CheckCorrectionRatio validates CorrectionRatio and returns (rows, D).
-func CheckCorrectionRatio(out, o, vbar *Tensor) (rows, d int, err error) {
+func CheckCorrectionRatio(own Owner, out, o, vbar *Tensor) (rows, d int, err error) {
 	const op = "correction ratio"
 	if err = needFloats(op, []string{"o", "vbar"}, o, vbar); err != nil {
 		return
@@ -614,7 +651,7 @@ func CheckCorrectionRatio(out, o, vbar *Tensor) (rows, d int, err error) {
 		return
 	}
 	d = o.Dim(-1)
-	return o.Numel() / max(d, 1), d, nil
+	return o.Numel() / max(d, 1), d, own.check(op, out, o, vbar)
 }
 
 func checkScalarOut(op string, out *Tensor) error {
@@ -622,7 +659,7 @@ func checkScalarOut(op string, out *Tensor) error {
 }
 
 // CheckSumSquares validates SumSquares and returns the element count.
-func CheckSumSquares(out, x *Tensor) (int, error) {
+func CheckSumSquares(own Owner, out, x *Tensor) (int, error) {
 	const op = "sum squares"
 	if err := checkScalarOut(op, out); err != nil {
 		return 0, err
@@ -630,13 +667,13 @@ func CheckSumSquares(out, x *Tensor) (int, error) {
 	if err := needFloats(op, []string{"x"}, x); err != nil {
 		return 0, err
 	}
-	return x.Numel(), nil
+	return x.Numel(), own.check(op, out, x)
 }
 
 // CheckAdamW validates AdamW and returns the element count.
-func CheckAdamW(p, g, m, v *Tensor, o AdamWOpts) (int, error) {
+func CheckAdamW(own Owner, p, g, m, v *Tensor, o AdamWOpts) (int, error) {
 	const op = "adamw"
-	n, err := CheckElementwise(op, []string{"p", "g", "m", "v"}, p, g, m, v)
+	n, err := CheckElementwise(nil, op, []string{"p", "g", "m", "v"}, p, g, m, v)
 	if err != nil {
 		return 0, err
 	}
@@ -652,22 +689,22 @@ func CheckAdamW(p, g, m, v *Tensor, o AdamWOpts) (int, error) {
 	if !(o.Beta1 >= 0 && o.Beta1 < 1 && o.Beta2 >= 0 && o.Beta2 < 1) {
 		return 0, argErr(op, "", "betas (%v, %v) must lie in [0, 1)", o.Beta1, o.Beta2)
 	}
-	return n, nil
+	return n, own.check(op, p, g, m, v)
 }
 
 // CheckMuonMomentum validates MuonMomentum and returns the element count.
-func CheckMuonMomentum(u, m, g *Tensor) (int, error) {
+func CheckMuonMomentum(own Owner, u, m, g *Tensor) (int, error) {
 	const op = "muon momentum"
-	n, err := CheckElementwise(op, []string{"u", "m", "g"}, u, m, g)
+	n, err := CheckElementwise(nil, op, []string{"u", "m", "g"}, u, m, g)
 	if err != nil {
 		return 0, err
 	}
-	return n, needDType(op, "m", m, F32)
+	return n, own.after(needDType(op, "m", m, F32), op, u, m, g)
 }
 
 // CheckFrobeniusNormalize validates FrobeniusNormalize and returns the
 // number of matrices and the elements per matrix.
-func CheckFrobeniusNormalize(out, x *Tensor) (batch, per int, err error) {
+func CheckFrobeniusNormalize(own Owner, out, x *Tensor) (batch, per int, err error) {
 	const op = "frobenius normalize"
 	if err = needFloats(op, []string{"out", "x"}, out, x); err != nil {
 		return
@@ -680,18 +717,17 @@ func CheckFrobeniusNormalize(out, x *Tensor) (batch, per int, err error) {
 	}
 	per = x.Dim(-1) * x.Dim(-2)
 	batch = x.shape[:x.Rank()-2].Numel()
-	return
+	return batch, per, own.check(op, out, x)
 }
 
 // CheckMuonApply validates MuonApply and returns the element count.
-func CheckMuonApply(p, o *Tensor) (int, error) {
-	return CheckElementwise("muon apply", []string{"p", "o"}, p, o)
+func CheckMuonApply(own Owner, p, o *Tensor) (int, error) {
+	return CheckElementwise(own, "muon apply", []string{"p", "o"}, p, o)
 }
 
-// CheckHeadGate validates HeadGate (and, with dOut in out's place,
-// HeadGateBackward) and returns (rows, heads, D): x is [..., H, D] and z is
-// x's shape without the last dimension.
-func CheckHeadGate(out, x, z *Tensor) (rows, h, d int, err error) {
+// CheckHeadGate validates HeadGate and returns (rows, heads, D): x is
+// [..., H, D] and z is x's shape without the last dimension.
+func CheckHeadGate(own Owner, out, x, z *Tensor) (rows, h, d int, err error) {
 	const op = "head gate"
 	if err = needFloats(op, []string{"out", "x", "z"}, out, x, z); err != nil {
 		return
@@ -707,5 +743,15 @@ func CheckHeadGate(out, x, z *Tensor) (rows, h, d int, err error) {
 	}
 	h, d = x.Dim(-2), x.Dim(-1)
 	rows = x.Numel() / max(h*d, 1)
-	return
+	return rows, h, d, own.check(op, out, x, z)
+}
+
+// CheckHeadGateBackward validates HeadGateBackward as HeadGate's operands
+// twice over, (dOut, x, z) and (dX, x, dZ), and returns (rows, heads, D).
+func CheckHeadGateBackward(own Owner, dX, dZ, dOut, x, z *Tensor) (rows, h, d int, err error) {
+	if _, _, _, err = CheckHeadGate(nil, dOut, x, z); err != nil {
+		return
+	}
+	rows, h, d, err = CheckHeadGate(nil, dX, x, dZ)
+	return rows, h, d, own.after(err, "head gate backward", dX, dZ, dOut, x, z)
 }

@@ -82,6 +82,33 @@ type Device interface {
 	Close() error
 }
 
+// PendingError keeps, for a backend's Sync, the first error its ops raised
+// while executing. The zero value holds none; it is safe for concurrent
+// use.
+type PendingError struct {
+	mu  sync.Mutex
+	err error
+}
+
+// Fail records err unless an earlier error is pending, and returns err.
+func (p *PendingError) Fail(err error) error {
+	p.mu.Lock()
+	if p.err == nil {
+		p.err = err
+	}
+	p.mu.Unlock()
+	return err
+}
+
+// Take returns the pending error, or nil, and clears it.
+func (p *PendingError) Take() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	err := p.err
+	p.err = nil
+	return err
+}
+
 // The optional capabilities a Device may offer besides Ops. Callers find
 // them with a type assertion (dev.(engine.Timer)); every backend asserts
 // at compile time the ones it implements. The others declared elsewhere in

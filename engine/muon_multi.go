@@ -62,7 +62,7 @@ func CheckMuonMomentumMany(stack *Tensor, ms, gs []*Tensor) (int, error) {
 		if ms[i] == nil || gs[i] == nil {
 			return 0, argErr(op, fmt.Sprintf("matrix %d", i), "missing momentum or gradient")
 		}
-		if _, err := CheckMuonMomentum(u, ms[i], gs[i]); err != nil {
+		if _, err := CheckMuonMomentum(nil, u, ms[i], gs[i]); err != nil {
 			return 0, fmt.Errorf("matrix %d of %d: %w", i, len(ms), err)
 		}
 	}
@@ -86,7 +86,7 @@ func CheckMuonApplyMany(ps []*Tensor, stack *Tensor, lrScales, scales []float32)
 		if p == nil {
 			return 0, argErr(op, fmt.Sprintf("parameter %d", i), "missing")
 		}
-		if _, err := CheckMuonApply(p, o); err != nil {
+		if _, err := CheckMuonApply(nil, p, o); err != nil {
 			return 0, fmt.Errorf("matrix %d of %d: %w", i, len(ps), err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/parallax-engine/parallax/engine"
 	"github.com/parallax-engine/parallax/engine/cpu"
+	"github.com/parallax-engine/parallax/engine/enginetest"
 	"github.com/parallax-engine/parallax/engine/ref"
 )
 
@@ -73,31 +74,13 @@ func (d *emulatedNS) NewtonSchulzIterate(x, y, a, b *engine.Tensor, steps int) e
 	return nil
 }
 
-func upload(t *testing.T, dev engine.Device, dt engine.DType, vals []float32, shape ...int) *engine.Tensor {
-	t.Helper()
-	x, err := engine.FromFloat32(dev, dt, vals, shape...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return x
-}
-
-func download(t *testing.T, x *engine.Tensor) []float32 {
-	t.Helper()
-	v, err := engine.Float32s(x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-func normal(rng *rand.Rand, n int, s float64) []float32 {
-	v := make([]float32, n)
-	for i := range v {
-		v[i] = float32(rng.NormFloat64() * s)
-	}
-	return v
-}
+// upload and download move float32 values to and from tensors, normal
+// draws them.
+var (
+	upload   = enginetest.MustFromFloat32
+	download = enginetest.MustFloat32s
+	normal   = enginetest.Normal32
+)
 
 // TestNewtonSchulzIterateParity runs NewtonSchulz through an emulated
 // NewtonSchulzOps for even and odd step counts, wide and tall batches, in

@@ -297,6 +297,19 @@ type LLAArgs struct {
 	AttentionOpts
 }
 
+// CGLimits returns the conjugate-gradient stopping rule for head dimension
+// d: Tol and MaxIter, with their defaults (1e-6 and 4 d) in place of zeros.
+func (a LLAArgs) CGLimits(d int) (tol float64, maxIter int) {
+	tol, maxIter = float64(a.Tol), a.MaxIter
+	if tol == 0 {
+		tol = 1e-6
+	}
+	if maxIter == 0 {
+		maxIter = 4 * d
+	}
+	return tol, maxIter
+}
+
 // LinearAttentionArgs are the operands of LinearAttention. R is the probe
 // [B, Hq, Lq, D]; K, V [B, Hkv, Lk, D]. Masking follows AttentionOpts
 // (Causal, Window); Scale is not used.

@@ -58,6 +58,20 @@ func (s Shape) Validate() error {
 	return nil
 }
 
+// CheckAlloc validates the dtype and shape of a backend's Alloc and returns
+// the shape and the tensor's size in bytes. Errors begin with the backend's
+// name: "cuda alloc: ...".
+func CheckAlloc(backend string, dtype DType, shape []int) (Shape, int64, error) {
+	s := Shape(shape)
+	if err := s.Validate(); err != nil {
+		return nil, 0, fmt.Errorf("%s alloc: %w", backend, err)
+	}
+	if dtype.Size() == 0 {
+		return nil, 0, fmt.Errorf("%s alloc: unsupported dtype %v", backend, dtype)
+	}
+	return s, int64(s.Numel()) * int64(dtype.Size()), nil
+}
+
 // Tensor is a dense row-major array resident on one Device. Its storage is
 // owned by the backend that allocated it; a Tensor is only ever passed to ops
 // of that same device.

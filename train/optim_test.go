@@ -9,16 +9,15 @@ import (
 
 	"github.com/parallax-engine/parallax/engine"
 	"github.com/parallax-engine/parallax/engine/cpu"
+	"github.com/parallax-engine/parallax/engine/enginetest"
 	"github.com/parallax-engine/parallax/model"
 )
 
-func randVals(rng *rand.Rand, n int, scale float64) []float32 {
-	v := make([]float32, n)
-	for i := range v {
-		v[i] = float32(rng.NormFloat64() * scale)
-	}
-	return v
-}
+// randVals draws n normal values times scale, read reads a tensor back.
+var (
+	randVals = enginetest.Normal32
+	read     = enginetest.MustFloat32s
+)
 
 func to64(v []float32) []float64 {
 	out := make([]float64, len(v))
@@ -30,24 +29,9 @@ func to64(v []float32) []float64 {
 
 func newParam(t *testing.T, dev engine.Device, name string, kind model.ParamKind, w []float32, shape ...int) *model.Param {
 	t.Helper()
-	wt, err := engine.FromFloat32(dev, engine.F32, w, shape...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := dev.Alloc(engine.F32, shape...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wt := enginetest.MustFromFloat32(t, dev, engine.F32, w, shape...)
+	g := enginetest.MustAlloc(t, dev, engine.F32, shape...)
 	return &model.Param{Name: name, W: wt, G: g, Kind: kind}
-}
-
-func read(t *testing.T, x *engine.Tensor) []float32 {
-	t.Helper()
-	v, err := engine.Float32s(x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
 }
 
 // maxRelErr is max|got - want| / max|scale|.

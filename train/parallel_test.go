@@ -10,12 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/parallax-engine/parallax/engine"
 	"github.com/parallax-engine/parallax/engine/cpu"
+	"github.com/parallax-engine/parallax/internal/concurrent"
 	"github.com/parallax-engine/parallax/model"
 	"github.com/parallax-engine/parallax/train/dist"
 )
@@ -28,20 +28,14 @@ func joinRanks(t *testing.T, n int, o dist.Options) []*dist.Group {
 		t.Fatal(err)
 	}
 	gs := make([]*dist.Group, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ro := o
-			if r == 0 {
-				ro.Listener = ln
-			}
-			gs[r], errs[r] = dist.Join(context.Background(), dist.Env{Rank: r, World: n, Addr: ln.Addr().String()}, ro)
-		}()
-	}
-	wg.Wait()
+	errs := concurrent.Each(n, func(r int) (err error) {
+		ro := o
+		if r == 0 {
+			ro.Listener = ln
+		}
+		gs[r], err = dist.Join(context.Background(), dist.Env{Rank: r, World: n, Addr: ln.Addr().String()}, ro)
+		return err
+	})
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
@@ -55,18 +49,11 @@ func joinRanks(t *testing.T, n int, o dist.Options) []*dist.Group {
 func onRanks(t *testing.T, n int, o dist.Options, f func(rank int, g *dist.Group) error) []error {
 	t.Helper()
 	gs := joinRanks(t, n, o)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r, g := range gs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = f(r, g)
-			g.Close(errs[r])
-		}()
-	}
-	wg.Wait()
-	return errs
+	return concurrent.Each(n, func(r int) error {
+		err := f(r, gs[r])
+		gs[r].Close(err)
+		return err
+	})
 }
 
 // TestDistributedMuonMatchesSingle compares three optimizer steps of one

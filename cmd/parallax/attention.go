@@ -388,7 +388,7 @@ func runAttention(dev engine.Device, in *attnInput) (*attnResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		if res.dims, err = engine.CheckAttention(a); err != nil {
+		if res.dims, err = engine.CheckAttention(nil, a); err != nil {
 			return nil, invalidInput(err)
 		}
 		add("forward", func() error { return dev.Attention(a) })
@@ -404,7 +404,7 @@ func runAttention(dev engine.Device, in *attnInput) (*attnResult, error) {
 			if err != nil {
 				return nil, err
 			}
-			if _, err := engine.CheckAttentionBackward(b); err != nil {
+			if _, err := engine.CheckAttentionBackward(nil, b); err != nil {
 				return nil, invalidInput(err)
 			}
 			add("backward", func() error { return dev.AttentionBackward(b) })
@@ -417,7 +417,7 @@ func runAttention(dev engine.Device, in *attnInput) (*attnResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		if res.dims, err = engine.CheckLLA(a); err != nil {
+		if res.dims, err = engine.CheckLLA(nil, a); err != nil {
 			return nil, invalidInput(err)
 		}
 		add("forward", func() error { return dev.LLA(a) })
@@ -432,7 +432,7 @@ func runAttention(dev engine.Device, in *attnInput) (*attnResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		if res.dims, err = engine.CheckLinearAttention(a); err != nil {
+		if res.dims, err = engine.CheckLinearAttention(nil, a); err != nil {
 			return nil, invalidInput(err)
 		}
 		add("forward", func() error { return dev.LinearAttention(a) })
@@ -444,7 +444,7 @@ func runAttention(dev engine.Device, in *attnInput) (*attnResult, error) {
 			if err != nil {
 				return nil, err
 			}
-			if _, err := engine.CheckLinearAttentionBackward(b); err != nil {
+			if _, err := engine.CheckLinearAttentionBackward(nil, b); err != nil {
 				return nil, invalidInput(err)
 			}
 			add("backward", func() error { return dev.LinearAttentionBackward(b) })

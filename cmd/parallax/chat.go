@@ -309,7 +309,7 @@ func (d *streamDecoder) push(id int) bool {
 			d.stopped = true
 		}
 	}
-	cut := completeRunes(d.text)
+	cut := tokenizer.CompleteRunes(d.text)
 	if !d.stopped {
 		for _, st := range d.stops {
 			for k := min(len(st)-1, cut); k > 0; k-- {

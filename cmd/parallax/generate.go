@@ -5,7 +5,6 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/parallax-engine/parallax/model"
 	"github.com/parallax-engine/parallax/model/tokenizer"
@@ -123,20 +122,6 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return sd.err
-}
-
-// completeRunes returns the length of s without a trailing incomplete UTF-8
-// sequence (a token may end inside a character; the next completes it).
-func completeRunes(s string) int {
-	for i := 1; i <= utf8.UTFMax && i <= len(s); i++ {
-		if utf8.RuneStart(s[len(s)-i]) {
-			if !utf8.FullRuneInString(s[len(s)-i:]) {
-				return len(s) - i
-			}
-			break
-		}
-	}
-	return len(s)
 }
 
 // loadTokenizer reads a tokenizer from a model directory (tokenizer.json,

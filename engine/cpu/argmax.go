@@ -11,11 +11,8 @@ var _ engine.ArgMaxer = (*Device)(nil)
 // ArgMaxRows writes each row's first largest index among its first classes
 // columns (-1 for a row with a NaN); see engine.ArgMaxer.
 func (d *Device) ArgMaxRows(out, x *engine.Tensor, classes int) error {
-	n, w, err := engine.CheckArgMaxRows(out, x, classes)
+	n, w, err := engine.CheckArgMaxRows(d.own, out, x, classes)
 	if err != nil {
-		return err
-	}
-	if err := d.own("argmax rows", out, x); err != nil {
 		return err
 	}
 	xv, ids := viewOf(x), out.Storage().([]int32)

@@ -245,11 +245,8 @@ func attnRowBlock(qb, bq, lq int) (i0, i1 int) { return qb * bq, min((qb+1)*bq, 
 // block of query positions) over all G heads of the group, the longest
 // (latest causal) blocks first.
 func (d *Device) Attention(a engine.AttentionArgs) error {
-	dims, err := engine.CheckAttention(a)
+	dims, err := engine.CheckAttention(d.own, a)
 	if err != nil {
-		return err
-	}
-	if err := d.own("attention", a.Q, a.K, a.V, a.R, a.O, a.LSE, a.Vbar, a.Tbar); err != nil {
 		return err
 	}
 	q, k, v := floats(a.Q), floats(a.K), floats(a.V)

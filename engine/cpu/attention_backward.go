@@ -20,12 +20,8 @@ import (
 //
 // Softmax attention is the same with t = 0: dS = p (a - T), dv = sum p g.
 func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
-	dims, err := engine.CheckAttentionBackward(a)
+	dims, err := engine.CheckAttentionBackward(d.own, a)
 	if err != nil {
-		return err
-	}
-	if err := d.own("attention backward", a.Q, a.K, a.V, a.R, a.O, a.DO, a.LSE, a.Vbar, a.Tbar,
-		a.DQ, a.DK, a.DV, a.DR); err != nil {
 		return err
 	}
 	in := bwdInputs{

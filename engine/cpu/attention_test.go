@@ -83,15 +83,6 @@ func (a *attnT) new(dt engine.DType, shape ...int) *engine.Tensor {
 	return x
 }
 
-func attnDown(t *testing.T, x *engine.Tensor) []float64 {
-	t.Helper()
-	v, err := enginetest.Download(x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
 // attnNear reports the relative max-norm error of got and fails above tol.
 func attnNear(t *testing.T, name string, got, want []float64, tol float64) float64 {
 	t.Helper()
@@ -164,11 +155,11 @@ func TestAttentionForwardMatchesReference(t *testing.T) {
 				}
 				o, vbar, tbar, lse := ref.Attention(s.Dims(), in.q, in.k, in.v, r)
 				got := runAttention(t, d, at, s, engine.F32, in, parallax)
-				worst = max(worst, attnNear(t, "o", attnDown(t, got.o), o, 1e-5))
-				attnNear(t, "lse", attnDown(t, got.lse), lse, 1e-5)
+				worst = max(worst, attnNear(t, "o", down(t, got.o), o, 1e-5))
+				attnNear(t, "lse", down(t, got.lse), lse, 1e-5)
 				if parallax {
-					worst = max(worst, attnNear(t, "vbar", attnDown(t, got.vbar), vbar, 1e-5))
-					attnNear(t, "tbar", attnDown(t, got.tbar), tbar, 1e-5)
+					worst = max(worst, attnNear(t, "vbar", down(t, got.vbar), vbar, 1e-5))
+					attnNear(t, "tbar", down(t, got.tbar), tbar, 1e-5)
 				}
 			})
 		}
@@ -191,10 +182,10 @@ func TestAttentionForwardBF16(t *testing.T) {
 				o, vbar, _, lse := ref.Attention(s.Dims(), in.q, in.k, in.v, r)
 				got := runAttention(t, d, at, s, engine.BF16, in, parallax)
 				tol := enginetest.Tol(engine.BF16, s.Lk)
-				attnNear(t, "o", attnDown(t, got.o), o, tol)
-				attnNear(t, "lse", attnDown(t, got.lse), lse, 1e-5) // f32 statistic
+				attnNear(t, "o", down(t, got.o), o, tol)
+				attnNear(t, "lse", down(t, got.lse), lse, 1e-5) // f32 statistic
 				if parallax {
-					attnNear(t, "vbar", attnDown(t, got.vbar), vbar, tol)
+					attnNear(t, "vbar", down(t, got.vbar), vbar, tol)
 				}
 			})
 		}
@@ -255,9 +246,9 @@ func runBackward(t *testing.T, d *Device, s attnShape, dt engine.DType, in attnD
 	if err := d.AttentionBackward(a); err != nil {
 		t.Fatal(err)
 	}
-	dq, dk, dv = attnDown(t, a.DQ), attnDown(t, a.DK), attnDown(t, a.DV)
+	dq, dk, dv = down(t, a.DQ), down(t, a.DK), down(t, a.DV)
 	if parallax {
-		dr = attnDown(t, a.DR)
+		dr = down(t, a.DR)
 	}
 	return
 }
@@ -371,7 +362,7 @@ func TestDecodeAttentionMatchesReference(t *testing.T) {
 					}
 					dims := ref.Dims{B: c.B, Hq: c.Hq, Hkv: c.Hkv, Lq: c.Lq, D: c.D, Scale: 1 / math.Sqrt(float64(c.D)), Window: c.Window}
 					want := ref.DecodeAttention(dims, q, r, kc, vc, c.Cap, c.lens)
-					worst = max(worst, attnNear(t, "o", attnDown(t, a.O), want, 1e-5))
+					worst = max(worst, attnNear(t, "o", down(t, a.O), want, 1e-5))
 				})
 			}
 		}
@@ -441,7 +432,7 @@ func runLLA(t *testing.T, d *Device, s attnShape, in attnData, lambda float32, s
 	if err := d.LLA(a); err != nil {
 		return nil, nil, nil, err
 	}
-	return attnDown(t, a.O), attnDown(t, a.RhoStar), attnDown(t, a.Eta), nil
+	return down(t, a.O), down(t, a.RhoStar), down(t, a.Eta), nil
 }
 
 func TestLLAMatchesReference(t *testing.T) {
@@ -516,7 +507,7 @@ func TestLLAIsParallaxWithAmplifiedProbe(t *testing.T) {
 		}
 		d := New()
 		got := runAttention(t, d, newAttnT(t, d), s, engine.F32, in, true)
-		attnNear(t, s.String()+": Parallax with r = (1 + eta) rho* vs LLA", attnDown(t, got.o), o, 1e-4)
+		attnNear(t, s.String()+": Parallax with r = (1 + eta) rho* vs LLA", down(t, got.o), o, 1e-4)
 	}
 }
 
@@ -585,7 +576,7 @@ func TestLinearAttentionMatchesReference(t *testing.T) {
 				if err := d.LinearAttention(engine.LinearAttentionArgs{R: R, K: K, V: V, O: O, Affine: affine, AttentionOpts: s.Opts()}); err != nil {
 					t.Fatal(err)
 				}
-				worstF = max(worstF, attnNear(t, "o", attnDown(t, O), ref.LinearAttention(s.Dims(), in.r, in.k, in.v, affine), 1e-5))
+				worstF = max(worstF, attnNear(t, "o", down(t, O), ref.LinearAttention(s.Dims(), in.r, in.k, in.v, affine), 1e-5))
 				ba := engine.LinearAttentionBackwardArgs{R: R, K: K, V: V, DO: at.up(engine.F32, in.dO, s.QShape()...),
 					DR: at.new(engine.F32, s.QShape()...), DK: at.new(engine.F32, s.KVShape()...), DV: at.new(engine.F32, s.KVShape()...),
 					Affine: affine, AttentionOpts: s.Opts()}
@@ -593,9 +584,9 @@ func TestLinearAttentionMatchesReference(t *testing.T) {
 					t.Fatal(err)
 				}
 				wr, wk, wv := ref.LinearAttentionBackward(s.Dims(), in.r, in.k, in.v, in.dO, affine)
-				worstB = max(worstB, attnNear(t, "dr", attnDown(t, ba.DR), wr, 1e-4))
-				worstB = max(worstB, attnNear(t, "dk", attnDown(t, ba.DK), wk, 1e-4))
-				worstB = max(worstB, attnNear(t, "dv", attnDown(t, ba.DV), wv, 1e-4))
+				worstB = max(worstB, attnNear(t, "dr", down(t, ba.DR), wr, 1e-4))
+				worstB = max(worstB, attnNear(t, "dk", down(t, ba.DK), wk, 1e-4))
+				worstB = max(worstB, attnNear(t, "dv", down(t, ba.DV), wv, 1e-4))
 			})
 		}
 	}
@@ -614,7 +605,7 @@ func TestCorrectionRatio(t *testing.T) {
 	if err := d.CorrectionRatio(out, at.up(engine.F32, o, 2, 3, 16), at.up(engine.F32, vbar, 2, 3, 16)); err != nil {
 		t.Fatal(err)
 	}
-	attnNear(t, "cor", attnDown(t, out), []float64{ref.CorrectionRatio(o, vbar, 16)}, 1e-6)
+	attnNear(t, "cor", down(t, out), []float64{ref.CorrectionRatio(o, vbar, 16)}, 1e-6)
 }
 
 // TestAttentionBadInputsAreErrors: wrong shapes and values give argument
@@ -788,7 +779,7 @@ func TestAttentionEmptyShapes(t *testing.T) {
 		}
 	}
 	out := at.new(f, 1)
-	if err := d.CorrectionRatio(out, at.new(f, 0, 8), at.new(f, 0, 8)); err != nil || attnDown(t, out)[0] != 0 {
-		t.Errorf("correction ratio of no rows: %v, %v", err, attnDown(t, out))
+	if err := d.CorrectionRatio(out, at.new(f, 0, 8), at.new(f, 0, 8)); err != nil || down(t, out)[0] != 0 {
+		t.Errorf("correction ratio of no rows: %v, %v", err, down(t, out))
 	}
 }

@@ -10,11 +10,8 @@ import (
 // (rows with vbar = 0 count 0), each row's norms in float64. The rows are
 // summed in order, so the result does not depend on the thread count.
 func (d *Device) CorrectionRatio(out, o, vbar *engine.Tensor) error {
-	rows, D, err := engine.CheckCorrectionRatio(out, o, vbar)
+	rows, D, err := engine.CheckCorrectionRatio(d.own, out, o, vbar)
 	if err != nil {
-		return err
-	}
-	if err := d.own("correction ratio", out, o, vbar); err != nil {
 		return err
 	}
 	of, vf := floats(o), floats(vbar)

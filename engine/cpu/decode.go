@@ -20,11 +20,8 @@ import (
 // validated first: Lq <= Lens[b] <= Cap for every b, else the op fails
 // without writing O.
 func (d *Device) DecodeAttention(a engine.DecodeArgs) error {
-	dims, err := engine.CheckDecode(a)
+	dims, err := engine.CheckDecode(d.own, a)
 	if err != nil {
-		return err
-	}
-	if err := d.own("decode attention", a.Q, a.R, a.KCache, a.VCache, a.Lens, a.O); err != nil {
 		return err
 	}
 	lens := ints(a.Lens)

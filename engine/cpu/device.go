@@ -61,8 +61,7 @@ func info() engine.DeviceInfo {
 // id, say) are returned by the op and also kept for the next Sync.
 type Device struct {
 	threads int
-	mu      sync.Mutex
-	pending error
+	pending engine.PendingError
 }
 
 // New returns a CPU device using Threads() workers.
@@ -74,9 +73,9 @@ func (d *Device) Info() engine.DeviceInfo { return info() }
 // Alloc returns a zero-filled tensor backed by a Go slice: []float32 for F32,
 // []uint16 (raw bits) for BF16 and F16, []int32 for I32.
 func (d *Device) Alloc(dtype engine.DType, shape ...int) (*engine.Tensor, error) {
-	s := engine.Shape(shape)
-	if err := s.Validate(); err != nil {
-		return nil, fmt.Errorf("cpu alloc: %w", err)
+	s, _, err := engine.CheckAlloc("cpu", dtype, shape)
+	if err != nil {
+		return nil, err
 	}
 	n := s.Numel()
 	var buf any
@@ -87,8 +86,6 @@ func (d *Device) Alloc(dtype engine.DType, shape ...int) (*engine.Tensor, error)
 		buf = make([]uint16, n)
 	case engine.I32:
 		buf = make([]int32, n)
-	default:
-		return nil, fmt.Errorf("cpu alloc: unsupported dtype %v", dtype)
 	}
 	return engine.NewTensor(d, dtype, s, buf), nil
 }
@@ -148,26 +145,13 @@ func (d *Device) Read(t *engine.Tensor, dst []byte) error {
 
 // Sync returns (and clears) the first error raised by an op since the last
 // Sync. CPU ops have already finished when they return.
-func (d *Device) Sync() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	err := d.pending
-	d.pending = nil
-	return err
-}
+func (d *Device) Sync() error { return d.pending.Take() }
 
 // Close releases nothing; the CPU device needs no teardown.
 func (d *Device) Close() error { return nil }
 
 // fail records err for Sync and returns it.
-func (d *Device) fail(err error) error {
-	d.mu.Lock()
-	if d.pending == nil {
-		d.pending = err
-	}
-	d.mu.Unlock()
-	return err
-}
+func (d *Device) fail(err error) error { return d.pending.Fail(err) }
 
 // own checks that every tensor lives on this device.
 func (d *Device) own(op string, ts ...*engine.Tensor) error {

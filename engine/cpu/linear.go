@@ -190,11 +190,8 @@ func (d *Device) linRowStats(dims engine.AttnDims, r, k, v, g []float32) (inv, k
 
 // LinearAttention computes plain or affine linear attention with probe R.
 func (d *Device) LinearAttention(a engine.LinearAttentionArgs) error {
-	dims, err := engine.CheckLinearAttention(a)
+	dims, err := engine.CheckLinearAttention(d.own, a)
 	if err != nil {
-		return err
-	}
-	if err := d.own("linear attention", a.R, a.K, a.V, a.O); err != nil {
 		return err
 	}
 	r, k, v := floats(a.R), floats(a.K), floats(a.V)
@@ -256,11 +253,8 @@ func (d *Device) LinearAttention(a engine.LinearAttentionArgs) error {
 // upward with slabs of S^T = sum k v^T; dv and dk walk the keys downward
 // with slabs of U and of U^T over the rows that see each key.
 func (d *Device) LinearAttentionBackward(a engine.LinearAttentionBackwardArgs) error {
-	dims, err := engine.CheckLinearAttentionBackward(a)
+	dims, err := engine.CheckLinearAttentionBackward(d.own, a)
 	if err != nil {
-		return err
-	}
-	if err := d.own("linear attention backward", a.R, a.K, a.V, a.DO, a.DR, a.DK, a.DV); err != nil {
 		return err
 	}
 	r, k, v, g := floats(a.R), floats(a.K), floats(a.V), floats(a.DO)

@@ -34,24 +34,14 @@ import (
 // of its keys' differences) or the output is not finite. Errors name the
 // row and are also returned by Sync; no output is written then.
 func (d *Device) LLA(a engine.LLAArgs) error {
-	dims, err := engine.CheckLLA(a)
+	dims, err := engine.CheckLLA(d.own, a)
 	if err != nil {
-		return err
-	}
-	if err := d.own("lla", a.Q, a.K, a.V, a.O, a.RhoStar, a.Eta); err != nil {
 		return err
 	}
 	if err := engine.CheckLLASolvable(dims, a.Lambda); err != nil {
 		return d.fail(err)
 	}
-	tol := float64(a.Tol)
-	if tol == 0 {
-		tol = 1e-6
-	}
-	maxIter := a.MaxIter
-	if maxIter == 0 {
-		maxIter = 4 * dims.D
-	}
+	tol, maxIter := a.CGLimits(dims.D)
 	q, k, v := floats(a.Q), floats(a.K), floats(a.V)
 	rows, D := dims.B*dims.Hq*dims.Lq, dims.D
 	// Results are buffered and stored only when every row succeeded.

@@ -12,11 +12,8 @@ import (
 // zero, saturating at the int32 range (NaN gives 0); I32 to float is exact
 // wherever the dtype holds the integer.
 func (d *Device) Cast(dst, src *engine.Tensor) error {
-	n, err := engine.CheckCast(dst, src)
+	n, err := engine.CheckCast(d.own, dst, src)
 	if err != nil {
-		return err
-	}
-	if err := d.own("cast", dst, src); err != nil {
 		return err
 	}
 	dv, sv := viewOf(dst), viewOf(src)
@@ -29,11 +26,8 @@ func (d *Device) Cast(dst, src *engine.Tensor) error {
 // SwapAxes12 writes dst[a, c, b, d] = src[a, b, c, d] as raw storage, for
 // every dtype; see engine.Ops.
 func (d *Device) SwapAxes12(dst, src *engine.Tensor) error {
-	dims, err := engine.CheckSwapAxes12(dst, src)
+	dims, err := engine.CheckSwapAxes12(d.own, dst, src)
 	if err != nil {
-		return err
-	}
-	if err := d.own("swapaxes12", dst, src); err != nil {
 		return err
 	}
 	a, b, c, e := dims[0], dims[1], dims[2], dims[3]
@@ -53,11 +47,8 @@ func (d *Device) SwapAxes12(dst, src *engine.Tensor) error {
 // start..start+n-1; see engine.Ops. Equal dtypes copy raw storage, others
 // convert.
 func (d *Device) KVAppend(cache, x *engine.Tensor, start int) error {
-	b, h, n, capacity, dim, err := engine.CheckKVAppend(cache, x, start)
+	b, h, n, capacity, dim, err := engine.CheckKVAppend(d.own, cache, x, start)
 	if err != nil {
-		return err
-	}
-	if err := d.own("kv append", cache, x); err != nil {
 		return err
 	}
 	cv, xv := viewOf(cache), viewOf(x)
@@ -73,11 +64,8 @@ func (d *Device) KVAppend(cache, x *engine.Tensor, start int) error {
 // KVAppendAt writes x [B, H, n, D] into cache [B, H, Cap, D] at positions
 // starts[b]..starts[b]+n-1 of each sequence; see engine.Ops.
 func (d *Device) KVAppendAt(cache, x, starts *engine.Tensor) error {
-	b, h, n, capacity, dim, err := engine.CheckKVAppendAt(cache, x, starts)
+	b, h, n, capacity, dim, err := engine.CheckKVAppendAt(d.own, cache, x, starts)
 	if err != nil {
-		return err
-	}
-	if err := d.own("kv append at", cache, x, starts); err != nil {
 		return err
 	}
 	st := starts.Storage().([]int32)

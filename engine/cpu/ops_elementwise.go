@@ -18,11 +18,8 @@ func (d *Device) eachBlock(n, nbuf int, fn func(lo, hi int, bufs [][ewBlock]floa
 
 // SwiGLU computes out = silu(gate) * up; see engine.Ops.
 func (d *Device) SwiGLU(out, gate, up *engine.Tensor) error {
-	n, err := engine.CheckElementwise("swiglu", []string{"out", "gate", "up"}, out, gate, up)
+	n, err := engine.CheckElementwise(d.own, "swiglu", []string{"out", "gate", "up"}, out, gate, up)
 	if err != nil {
-		return err
-	}
-	if err := d.own("swiglu", out, gate, up); err != nil {
 		return err
 	}
 	ov, gv, uv := viewOf(out), viewOf(gate), viewOf(up)
@@ -43,11 +40,8 @@ func (d *Device) SwiGLU(out, gate, up *engine.Tensor) error {
 // SwiGLUBackward computes dGate and dUp; see engine.Ops.
 func (d *Device) SwiGLUBackward(dGate, dUp, dOut, gate, up *engine.Tensor) error {
 	const op = "swiglu backward"
-	n, err := engine.CheckElementwise(op, []string{"dGate", "dUp", "dOut", "gate", "up"}, dGate, dUp, dOut, gate, up)
+	n, err := engine.CheckElementwise(d.own, op, []string{"dGate", "dUp", "dOut", "gate", "up"}, dGate, dUp, dOut, gate, up)
 	if err != nil {
-		return err
-	}
-	if err := d.own(op, dGate, dUp, dOut, gate, up); err != nil {
 		return err
 	}
 	dgv, duv, dov, gv, uv := viewOf(dGate), viewOf(dUp), viewOf(dOut), viewOf(gate), viewOf(up)
@@ -74,11 +68,8 @@ func (d *Device) SwiGLUBackward(dGate, dUp, dOut, gate, up *engine.Tensor) error
 // AddScaled computes out = alpha*a + beta*b; see engine.Ops. out may alias
 // a or b.
 func (d *Device) AddScaled(out, a, b *engine.Tensor, alpha, beta float32) error {
-	n, err := engine.CheckElementwise("add scaled", []string{"out", "a", "b"}, out, a, b)
+	n, err := engine.CheckElementwise(d.own, "add scaled", []string{"out", "a", "b"}, out, a, b)
 	if err != nil {
-		return err
-	}
-	if err := d.own("add scaled", out, a, b); err != nil {
 		return err
 	}
 	ov, av, bv := viewOf(out), viewOf(a), viewOf(b)

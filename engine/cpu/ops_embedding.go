@@ -22,11 +22,8 @@ func (d *Device) checkIDs(op string, ids []int32, v int) error {
 // when out and table share a dtype. Nothing is written if an id is out of
 // range.
 func (d *Device) Embedding(out, table, ids *engine.Tensor) error {
-	n, dim, v, err := engine.CheckEmbedding(out, table, ids)
+	n, dim, v, err := engine.CheckEmbedding(d.own, out, table, ids)
 	if err != nil {
-		return err
-	}
-	if err := d.own("embedding", out, table, ids); err != nil {
 		return err
 	}
 	id := ints(ids)
@@ -48,11 +45,8 @@ func (d *Device) Embedding(out, table, ids *engine.Tensor) error {
 // deterministic and a 16-bit dTable is rounded once per row. Nothing is
 // written if an id is out of range.
 func (d *Device) EmbeddingBackward(dTable, ids, dOut *engine.Tensor) error {
-	n, dim, v, err := engine.CheckEmbeddingBackward(dTable, ids, dOut)
+	n, dim, v, err := engine.CheckEmbeddingBackward(d.own, dTable, ids, dOut)
 	if err != nil {
-		return err
-	}
-	if err := d.own("embedding backward", dTable, ids, dOut); err != nil {
 		return err
 	}
 	id := ints(ids)

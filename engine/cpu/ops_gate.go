@@ -8,11 +8,8 @@ import (
 
 // HeadGate scales each head's vector by the sigmoid of its gate logit.
 func (d *Device) HeadGate(out, x, z *engine.Tensor) error {
-	_, _, dim, err := engine.CheckHeadGate(out, x, z)
+	_, _, dim, err := engine.CheckHeadGate(d.own, out, x, z)
 	if err != nil {
-		return err
-	}
-	if err := d.own("head gate", out, x, z); err != nil {
 		return err
 	}
 	xs, zs := floats(x), floats(z)
@@ -34,14 +31,8 @@ func (d *Device) HeadGate(out, x, z *engine.Tensor) error {
 // HeadGateBackward computes dX = sigmoid(z) dOut and
 // dZ = sigmoid(z) (1 - sigmoid(z)) sum_d dOut x.
 func (d *Device) HeadGateBackward(dX, dZ, dOut, x, z *engine.Tensor) error {
-	if _, _, _, err := engine.CheckHeadGate(dOut, x, z); err != nil {
-		return err
-	}
-	_, _, dim, err := engine.CheckHeadGate(dX, x, dZ)
+	_, _, dim, err := engine.CheckHeadGateBackward(d.own, dX, dZ, dOut, x, z)
 	if err != nil {
-		return err
-	}
-	if err := d.own("head gate backward", dX, dZ, dOut, x, z); err != nil {
 		return err
 	}
 	xs, zs, gs := floats(x), floats(z), floats(dOut)

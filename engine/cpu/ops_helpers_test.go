@@ -19,15 +19,13 @@ func testDevices() []*Device { return []*Device{New(), {threads: 5}} }
 
 func newRng(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x51ed)) }
 
-// up uploads vals rounded to dt.
-func up(t *testing.T, d *Device, dt engine.DType, vals []float64, shape ...int) *engine.Tensor {
-	t.Helper()
-	x, err := enginetest.Upload(d, dt, vals, shape...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return x
-}
+// up uploads vals rounded to dt, alloc allocates a zero tensor and down
+// reads a tensor back as float64.
+var (
+	up    = enginetest.MustUpload
+	alloc = enginetest.MustAlloc
+	down  = enginetest.MustDownload
+)
 
 // upInts uploads an I32 tensor.
 func upInts(t *testing.T, d *Device, vals []int, shape ...int) *engine.Tensor {
@@ -41,24 +39,6 @@ func upInts(t *testing.T, d *Device, vals []int, shape ...int) *engine.Tensor {
 		t.Fatal(err)
 	}
 	return x
-}
-
-func alloc(t *testing.T, d *Device, dt engine.DType, shape ...int) *engine.Tensor {
-	t.Helper()
-	x, err := d.Alloc(dt, shape...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return x
-}
-
-func down(t *testing.T, x *engine.Tensor) []float64 {
-	t.Helper()
-	v, err := enginetest.Download(x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
 }
 
 // near fails the test if got is not within tol (relative max-norm) of want.

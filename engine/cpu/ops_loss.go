@@ -15,11 +15,8 @@ import (
 // [0, C) that is not the ignore index is an error (returned and kept for
 // Sync) and nothing is written.
 func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o engine.CrossEntropyOpts) error {
-	n, w, classes, err := engine.CheckCrossEntropy(loss, dLogits, logits, targets, o)
+	n, w, classes, err := engine.CheckCrossEntropy(d.own, loss, dLogits, logits, targets, o)
 	if err != nil {
-		return err
-	}
-	if err := d.own("cross entropy", loss, dLogits, logits, targets); err != nil {
 		return err
 	}
 	tg := ints(targets)
@@ -95,11 +92,8 @@ func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o e
 // SumSquares writes (or adds) sum x^2 into out, accumulated in float64; see
 // engine.Ops.
 func (d *Device) SumSquares(out, x *engine.Tensor, accumulate bool) error {
-	n, err := engine.CheckSumSquares(out, x)
+	n, err := engine.CheckSumSquares(d.own, out, x)
 	if err != nil {
-		return err
-	}
-	if err := d.own("sum squares", out, x); err != nil {
 		return err
 	}
 	s := d.parallelSumSquares(viewOf(x), 0, n)

@@ -12,11 +12,8 @@ func rowChunk(n int) int { return max(1, elemChunk/max(n, 1)) }
 // RMSNorm normalises the rows of x; see engine.Ops. Row statistics
 // accumulate in float64.
 func (d *Device) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) error {
-	rows, n, err := engine.CheckRMSNorm(out, rstd, x, w)
+	rows, n, err := engine.CheckRMSNorm(d.own, out, rstd, x, w)
 	if err != nil {
-		return err
-	}
-	if err := d.own("rmsnorm", out, rstd, x, w); err != nil {
 		return err
 	}
 	if rows == 0 || n == 0 {
@@ -55,11 +52,8 @@ func (d *Device) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) error {
 // means and the dW partial sums (one per worker, combined in order)
 // accumulate in float64.
 func (d *Device) RMSNormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor) error {
-	rows, n, err := engine.CheckRMSNormBackward(dX, dW, dOut, x, w, rstd)
+	rows, n, err := engine.CheckRMSNormBackward(d.own, dX, dW, dOut, x, w, rstd)
 	if err != nil {
-		return err
-	}
-	if err := d.own("rmsnorm backward", dX, dW, dOut, x, w, rstd); err != nil {
 		return err
 	}
 	if rows == 0 || n == 0 {

@@ -11,11 +11,8 @@ import (
 // p -= (lr / (1-b1^t)) m / (sqrt(v) / sqrt(1-b2^t) + eps); see engine.Ops.
 // Each element is updated in float64 and stored rounded.
 func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
-	n, err := engine.CheckAdamW(p, g, m, v, o)
+	n, err := engine.CheckAdamW(d.own, p, g, m, v, o)
 	if err != nil {
-		return err
-	}
-	if err := d.own("adamw", p, g, m, v); err != nil {
 		return err
 	}
 	b1, b2, eps := float64(o.Beta1), float64(o.Beta2), float64(o.Eps)
@@ -45,11 +42,8 @@ func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
 // MuonMomentum updates m = beta m + (1-beta) g and writes u = (1-beta) g +
 // beta m (Nesterov) or u = m; see engine.Ops.
 func (d *Device) MuonMomentum(u, m, g *engine.Tensor, beta float32, nesterov bool) error {
-	n, err := engine.CheckMuonMomentum(u, m, g)
+	n, err := engine.CheckMuonMomentum(d.own, u, m, g)
 	if err != nil {
-		return err
-	}
-	if err := d.own("muon momentum", u, m, g); err != nil {
 		return err
 	}
 	uv, gv := viewOf(u), viewOf(g)
@@ -78,11 +72,8 @@ func (d *Device) MuonMomentum(u, m, g *engine.Tensor, beta float32, nesterov boo
 // last two dimensions, the norms accumulated in float64 in an order that
 // does not depend on the batch; see engine.Ops.
 func (d *Device) FrobeniusNormalize(out, x *engine.Tensor, eps float32) error {
-	batch, per, err := engine.CheckFrobeniusNormalize(out, x)
+	batch, per, err := engine.CheckFrobeniusNormalize(d.own, out, x)
 	if err != nil {
-		return err
-	}
-	if err := d.own("frobenius normalize", out, x); err != nil {
 		return err
 	}
 	if batch == 0 || per == 0 {
@@ -123,11 +114,8 @@ func (d *Device) FrobeniusNormalize(out, x *engine.Tensor, eps float32) error {
 
 // MuonApply updates p = p (1 - lr wd) - lr scale o; see engine.Ops.
 func (d *Device) MuonApply(p, o *engine.Tensor, lr, wd, scale float32) error {
-	n, err := engine.CheckMuonApply(p, o)
+	n, err := engine.CheckMuonApply(d.own, p, o)
 	if err != nil {
-		return err
-	}
-	if err := d.own("muon apply", p, o); err != nil {
 		return err
 	}
 	decay := float32(1 - float64(lr)*float64(wd))

@@ -9,24 +9,21 @@ import (
 // RoPE rotates (x_i, x_{i+D/2}) by pos[l] * theta^(-2i/D) (pos[b, l] with
 // per-sequence positions); see engine.Ops.
 func (d *Device) RoPE(out, x, pos *engine.Tensor, theta float32) error {
-	return d.rope("rope", out, x, pos, theta, false)
+	return d.rope(out, x, pos, theta, false)
 }
 
 // RoPEBackward applies the inverse rotation to dOut; see engine.Ops.
 func (d *Device) RoPEBackward(dX, dOut, pos *engine.Tensor, theta float32) error {
-	return d.rope("rope backward", dX, dOut, pos, theta, true)
+	return d.rope(dX, dOut, pos, theta, true)
 }
 
 // rope rotates every [D] row of x into out (which may alias x); inverse
 // negates the angles. The angles are computed in float64 and their cosines
 // and sines once per (position, pair): per (l, pair) for pos [L], per
 // (b, l, pair) for per-sequence pos [B, L].
-func (d *Device) rope(op string, out, x, pos *engine.Tensor, theta float32, inverse bool) error {
-	b, h, l, dim, err := engine.CheckRoPE(out, x, pos)
+func (d *Device) rope(out, x, pos *engine.Tensor, theta float32, inverse bool) error {
+	b, h, l, dim, err := engine.CheckRoPE(d.own, out, x, pos, inverse)
 	if err != nil {
-		return err
-	}
-	if err := d.own(op, out, x, pos); err != nil {
 		return err
 	}
 	half := dim / 2

@@ -9,11 +9,8 @@ var _ engine.ArgMaxer = (*Device)(nil)
 // ArgMaxRows picks each row's largest logit on the device (argmax_rows in
 // shaders/cuda/sample.cu); see engine.ArgMaxer.
 func (d *Device) ArgMaxRows(out, x *engine.Tensor, classes int) error {
-	n, w, err := engine.CheckArgMaxRows(out, x, classes)
+	n, w, err := engine.CheckArgMaxRows(d.own, out, x, classes)
 	if err != nil {
-		return err
-	}
-	if err := d.own("argmax rows", out, x); err != nil {
 		return err
 	}
 	return d.launch("sample", "argmax_rows", [3]int{n, 1, 1}, threads256, 0,

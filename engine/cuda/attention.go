@@ -278,11 +278,8 @@ var threads128 = [3]int{128, 1, 1}
 
 // Attention is the streaming forward (docs/MATH.md sections 2-3).
 func (d *Device) Attention(a engine.AttentionArgs) error {
-	dims, err := engine.CheckAttention(a)
+	dims, err := engine.CheckAttention(d.own, a)
 	if err != nil {
-		return err
-	}
-	if err := d.own("attention", a.Q, a.K, a.V, a.R, a.O, a.LSE, a.Vbar, a.Tbar); err != nil {
 		return err
 	}
 	if err := needD("attention", dims.D); err != nil {
@@ -361,12 +358,8 @@ func (d *Device) attnSIMT(q, r, k, v, o, vbar, lse, tbar *engine.Tensor, B, Hq, 
 // Bv = g.vbar, then a row-parallel dq/dr kernel and a column-parallel
 // dk/dv kernel (docs/MATH.md section 4).
 func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
-	dims, err := engine.CheckAttentionBackward(a)
+	dims, err := engine.CheckAttentionBackward(d.own, a)
 	if err != nil {
-		return err
-	}
-	if err := d.own("attention backward", a.Q, a.K, a.V, a.R, a.O, a.DO, a.LSE, a.Vbar, a.Tbar,
-		a.DQ, a.DK, a.DV, a.DR); err != nil {
 		return err
 	}
 	if err := needD("attention backward", dims.D); err != nil {
@@ -533,11 +526,8 @@ func (d *Device) decodeScratch(n, m int) (part, cnt uint64, err error) {
 // On the tensor-core path (bf16, G*Lq <= 8, D in 16..128) the combine is
 // fused: the last block of each (batch, KV head) merges the splits.
 func (d *Device) DecodeAttention(a engine.DecodeArgs) error {
-	dims, err := engine.CheckDecode(a)
+	dims, err := engine.CheckDecode(d.own, a)
 	if err != nil {
-		return err
-	}
-	if err := d.own("decode attention", a.Q, a.R, a.KCache, a.VCache, a.Lens, a.O); err != nil {
 		return err
 	}
 	if err := needD("decode attention", dims.D); err != nil {
@@ -575,11 +565,8 @@ func (d *Device) DecodeAttention(a engine.DecodeArgs) error {
 // LLA is exact local linear attention, one block per query row in double
 // precision; Sig and the weights of a chunk of rows live in a scratch.
 func (d *Device) LLA(a engine.LLAArgs) error {
-	dims, err := engine.CheckLLA(a)
+	dims, err := engine.CheckLLA(d.own, a)
 	if err != nil {
-		return err
-	}
-	if err := d.own("lla", a.Q, a.K, a.V, a.O, a.RhoStar, a.Eta); err != nil {
 		return err
 	}
 	if err := needD("lla", dims.D); err != nil {
@@ -588,14 +575,7 @@ func (d *Device) LLA(a engine.LLAArgs) error {
 	if err := engine.CheckLLASolvable(dims, a.Lambda); err != nil {
 		return err
 	}
-	tol := float64(a.Tol)
-	if tol == 0 {
-		tol = 1e-6
-	}
-	maxIter := a.MaxIter
-	if maxIter == 0 {
-		maxIter = 4 * dims.D
-	}
+	tol, maxIter := a.CGLimits(dims.D)
 	rows := dims.B * dims.Hq * dims.Lq
 	if rows == 0 {
 		return nil
@@ -624,11 +604,8 @@ func (d *Device) LLA(a engine.LLAArgs) error {
 // LinearAttention is plain or affine linear attention, one warp per row
 // (double sums).
 func (d *Device) LinearAttention(a engine.LinearAttentionArgs) error {
-	dims, err := engine.CheckLinearAttention(a)
+	dims, err := engine.CheckLinearAttention(d.own, a)
 	if err != nil {
-		return err
-	}
-	if err := d.own("linear attention", a.R, a.K, a.V, a.O); err != nil {
 		return err
 	}
 	if err := needD("linear attention", dims.D); err != nil {
@@ -646,11 +623,8 @@ func (d *Device) LinearAttention(a engine.LinearAttentionArgs) error {
 // LinearAttentionBackward computes dR (row-parallel) and dK, dV
 // (column-parallel) after a per-row statistics pass.
 func (d *Device) LinearAttentionBackward(a engine.LinearAttentionBackwardArgs) error {
-	dims, err := engine.CheckLinearAttentionBackward(a)
+	dims, err := engine.CheckLinearAttentionBackward(d.own, a)
 	if err != nil {
-		return err
-	}
-	if err := d.own("linear attention backward", a.R, a.K, a.V, a.DO, a.DR, a.DK, a.DV); err != nil {
 		return err
 	}
 	if err := needD("linear attention backward", dims.D); err != nil {

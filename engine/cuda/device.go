@@ -297,14 +297,10 @@ func (d *Device) Info() engine.DeviceInfo { return d.info }
 
 // Alloc returns a zero-filled tensor.
 func (d *Device) Alloc(dtype engine.DType, shape ...int) (*engine.Tensor, error) {
-	s := engine.Shape(shape)
-	if err := s.Validate(); err != nil {
-		return nil, fmt.Errorf("cuda alloc: %w", err)
+	s, n, err := engine.CheckAlloc("cuda", dtype, shape)
+	if err != nil {
+		return nil, err
 	}
-	if dtype.Size() == 0 {
-		return nil, fmt.Errorf("cuda alloc: unsupported dtype %v", dtype)
-	}
-	n := int64(s.Numel()) * int64(dtype.Size())
 	b, err := d.alloc.get(n)
 	if err != nil {
 		return nil, fmt.Errorf("cuda alloc %v%v: %w", dtype, s, err)

@@ -6,11 +6,8 @@ import "github.com/parallax-engine/parallax/engine"
 
 // HeadGate scales each head's vector by the sigmoid of its gate logit.
 func (d *Device) HeadGate(out, x, z *engine.Tensor) error {
-	rows, h, dim, err := engine.CheckHeadGate(out, x, z)
+	rows, h, dim, err := engine.CheckHeadGate(d.own, out, x, z)
 	if err != nil {
-		return err
-	}
-	if err := d.own("head gate", out, x, z); err != nil {
 		return err
 	}
 	n := int64(rows) * int64(h) * int64(dim)
@@ -21,15 +18,8 @@ func (d *Device) HeadGate(out, x, z *engine.Tensor) error {
 // HeadGateBackward computes dX = sigmoid(z) dOut and
 // dZ = sigmoid(z) (1 - sigmoid(z)) sum_d dOut x.
 func (d *Device) HeadGateBackward(dX, dZ, dOut, x, z *engine.Tensor) error {
-	const op = "head gate backward"
-	if _, _, _, err := engine.CheckHeadGate(dOut, x, z); err != nil {
-		return err
-	}
-	rows, h, dim, err := engine.CheckHeadGate(dX, x, dZ)
+	rows, h, dim, err := engine.CheckHeadGateBackward(d.own, dX, dZ, dOut, x, z)
 	if err != nil {
-		return err
-	}
-	if err := d.own(op, dX, dZ, dOut, x, z); err != nil {
 		return err
 	}
 	n := int64(rows) * int64(h)

@@ -17,12 +17,12 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"unsafe"
 
 	kernels "github.com/parallax-engine/parallax/shaders/cuda"
 
 	"github.com/parallax-engine/parallax/internal/atomicfile"
+	"github.com/parallax-engine/parallax/internal/concurrent"
 )
 
 // archFor names the NVRTC target for compute capability major.minor:
@@ -234,16 +234,10 @@ func loadModules(d *Device) (*modules, error) {
 	}
 	sort.Strings(names)
 	imgs := make([][]byte, len(names))
-	errs := make([]error, len(names))
-	var wg sync.WaitGroup
-	for i, n := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			imgs[i], errs[i] = build(n, src, opts, d.g.nvrtcVersion)
-		}()
-	}
-	wg.Wait()
+	errs := concurrent.Each(len(names), func(i int) (err error) {
+		imgs[i], err = build(names[i], src, opts, d.g.nvrtcVersion)
+		return err
+	})
 	m := &modules{d: d, mods: map[string]C.CUmodule{}, fns: map[string]*kernel{}}
 	for i, n := range names {
 		if errs[i] != nil {

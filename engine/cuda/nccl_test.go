@@ -11,12 +11,12 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/parallax-engine/parallax/engine"
 	"github.com/parallax-engine/parallax/engine/cuda"
+	"github.com/parallax-engine/parallax/internal/concurrent"
 	"github.com/parallax-engine/parallax/model"
 	"github.com/parallax-engine/parallax/train"
 	"github.com/parallax-engine/parallax/train/dist"
@@ -80,17 +80,7 @@ func openGPUs(t *testing.T, n int) []*cuda.Device {
 // with the ranks' errors.
 func onGPUs(t *testing.T, n int, f func(r int) error) {
 	t.Helper()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = f(r)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
+	for r, err := range concurrent.Each(n, f) {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)
 		}

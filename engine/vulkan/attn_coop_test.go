@@ -66,7 +66,7 @@ func TestAttentionForwardKernel(t *testing.T) {
 					a.Tbar = mk(engine.F32, make([]float32, nq/tc.D), tc.B, Hq, tc.Lq)
 				}
 				if dd, ok := dev.(*Device); ok {
-					dims, err := engine.CheckAttention(a)
+					dims, err := engine.CheckAttention(nil, a)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -164,7 +164,7 @@ func TestAttentionBackwardKernel(t *testing.T) {
 					bw.DR = mk(tc.dt, make([]float32, nq), qs...)
 				}
 				if dd, ok := dev.(*Device); ok {
-					dims, err := engine.CheckAttentionBackward(bw)
+					dims, err := engine.CheckAttentionBackward(nil, bw)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"maps"
 	"runtime"
-	"sync"
 	"unsafe"
 
 	vk "github.com/vulkan-go/vulkan"
@@ -52,8 +51,7 @@ type Device struct {
 	queries    handle // timestamp query pool (Timed)
 	prof       profiler
 
-	mu      sync.Mutex
-	pending error // the first error raised while executing, for Sync
+	pending engine.PendingError // the first error raised while executing, for Sync
 	closed  bool
 
 	present bool // VK_KHR_swapchain is enabled (OpenPresenting)
@@ -306,26 +304,16 @@ func (d *Device) Sync() error {
 		return errClosed
 	}
 	err := d.b.waitAll()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err == nil {
-		err = d.pending
+	if p := d.pending.Take(); err == nil {
+		err = p
 	}
-	d.pending = nil
 	return err
 }
 
 var errClosed = errors.New("vulkan: device is closed")
 
 // fail records err for Sync and returns it.
-func (d *Device) fail(err error) error {
-	d.mu.Lock()
-	if d.pending == nil {
-		d.pending = err
-	}
-	d.mu.Unlock()
-	return err
-}
+func (d *Device) fail(err error) error { return d.pending.Fail(err) }
 
 // own checks that the tensors live on this device.
 func (d *Device) own(op string, ts ...*engine.Tensor) error {

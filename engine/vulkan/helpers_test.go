@@ -2,7 +2,6 @@ package vulkan
 
 import (
 	"math"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/parallax-engine/parallax/engine"
@@ -10,13 +9,7 @@ import (
 )
 
 // randNormal returns n samples of N(0, s^2).
-func randNormal(rng *rand.Rand, n int, s float64) []float32 {
-	v := make([]float32, n)
-	for i := range v {
-		v[i] = float32(rng.NormFloat64() * s)
-	}
-	return v
-}
+var randNormal = enginetest.Normal32
 
 // tensors makes tensors on dev from float32 values and frees them all
 // with free.
@@ -27,10 +20,8 @@ type tensors struct {
 }
 
 func (ts *tensors) make(dt engine.DType, v []float32, shape ...int) *engine.Tensor {
-	x, err := engine.FromFloat32(ts.dev, dt, v, shape...)
-	if err != nil {
-		ts.t.Fatal(err)
-	}
+	ts.t.Helper()
+	x := upload(ts.t, ts.dev, dt, v, shape...)
 	ts.all = append(ts.all, x)
 	return x
 }
@@ -44,14 +35,11 @@ func (ts *tensors) free() {
 
 // read returns x's values (nil for a nil tensor).
 func read(t *testing.T, x *engine.Tensor) []float32 {
+	t.Helper()
 	if x == nil {
 		return nil
 	}
-	v, err := engine.Float32s(x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
+	return download(t, x)
 }
 
 // dtypeTol is the relative tolerance of a kernel against the CPU backend on

@@ -364,17 +364,14 @@ func (d *Device) MaxTensorBytes() int64 {
 // maxStorageBufferRange is refused: shaders address each tensor through
 // one storage-buffer binding.
 func (d *Device) Alloc(dtype engine.DType, shape ...int) (*engine.Tensor, error) {
-	s := engine.Shape(shape)
-	if err := s.Validate(); err != nil {
-		return nil, fmt.Errorf("vulkan alloc: %w", err)
-	}
-	if dtype.Size() == 0 {
-		return nil, fmt.Errorf("vulkan alloc: unsupported dtype %v", dtype)
+	s, size, err := engine.CheckAlloc("vulkan", dtype, shape)
+	if err != nil {
+		return nil, err
 	}
 	if d.closed {
 		return nil, fmt.Errorf("vulkan alloc: %w", errClosed)
 	}
-	n := uint64(s.Numel()) * uint64(dtype.Size())
+	n := uint64(size)
 	if lim := uint64(d.MaxTensorBytes()); roundUp(n, 4) > lim {
 		return nil, fmt.Errorf("vulkan alloc %v%v: %s exceeds this device's limit of %s per tensor (maxStorageBufferRange %s on %s: one storage-buffer binding cannot address more); split the tensor",
 			dtype, s, formatSize(n), formatSize(lim), formatSize(d.pd.lim.maxStorageBufferRange), d.pd.name)

@@ -290,11 +290,8 @@ func (d *Device) combineSplits(dm engine.AttnDims, pc []uint32, part, o, lens ar
 // Attention is the streaming forward of softmax or Parallax attention;
 // see engine.Ops.
 func (d *Device) Attention(a engine.AttentionArgs) error {
-	dims, err := engine.CheckAttention(a)
+	dims, err := engine.CheckAttention(d.own, a)
 	if err != nil {
-		return err
-	}
-	if err := d.own("attention", a.Q, a.K, a.V, a.R, a.O, a.LSE, a.Vbar, a.Tbar); err != nil {
 		return err
 	}
 	return d.attnForward(fwdCall{
@@ -311,11 +308,8 @@ func (d *Device) Attention(a engine.AttentionArgs) error {
 // outside [Lq, Cap] are reported by Sync (those sequences' outputs are
 // not written).
 func (d *Device) DecodeAttention(a engine.DecodeArgs) error {
-	dd, err := engine.CheckDecode(a)
+	dd, err := engine.CheckDecode(d.own, a)
 	if err != nil {
-		return err
-	}
-	if err := d.own("decode attention", a.Q, a.R, a.KCache, a.VCache, a.Lens, a.O); err != nil {
 		return err
 	}
 	dims := engine.AttnDims{B: dd.B, Hq: dd.Hq, Hkv: dd.Hkv, G: dd.G, Lq: dd.Lq, Lk: dd.Cap, D: dd.D,
@@ -600,12 +594,8 @@ func (d *Device) attnBackward(c bwdCall) error {
 // AttentionBackward computes dQ, dK, dV (and dR) of sum(o * dO); see
 // engine.Ops.
 func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
-	dims, err := engine.CheckAttentionBackward(a)
+	dims, err := engine.CheckAttentionBackward(d.own, a)
 	if err != nil {
-		return err
-	}
-	if err := d.own("attention backward", a.Q, a.K, a.V, a.R, a.O, a.DO, a.LSE, a.Vbar, a.Tbar,
-		a.DQ, a.DK, a.DV, a.DR); err != nil {
 		return err
 	}
 	return d.attnBackward(bwdCall{
@@ -619,11 +609,8 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 // LinearAttention is plain or affine linear attention with probe R; see
 // engine.Ops.
 func (d *Device) LinearAttention(a engine.LinearAttentionArgs) error {
-	dims, err := engine.CheckLinearAttention(a)
+	dims, err := engine.CheckLinearAttention(d.own, a)
 	if err != nil {
-		return err
-	}
-	if err := d.own("linear attention", a.R, a.K, a.V, a.O); err != nil {
 		return err
 	}
 	mode := modePlain
@@ -640,11 +627,8 @@ func (d *Device) LinearAttention(a engine.LinearAttentionArgs) error {
 // LinearAttentionBackward computes dR, dK, dV of sum(o * dO); see
 // engine.Ops. The affine form first reruns the forward for vbar and tbar.
 func (d *Device) LinearAttentionBackward(a engine.LinearAttentionBackwardArgs) error {
-	dims, err := engine.CheckLinearAttentionBackward(a)
+	dims, err := engine.CheckLinearAttentionBackward(d.own, a)
 	if err != nil {
-		return err
-	}
-	if err := d.own("linear attention backward", a.R, a.K, a.V, a.DO, a.DR, a.DK, a.DV); err != nil {
 		return err
 	}
 	c := bwdCall{

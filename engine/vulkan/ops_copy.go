@@ -21,11 +21,8 @@ func (d *Device) copyKernel(dst, src *engine.Tensor, n int, dims [4]int, strides
 // Cast converts src to dst's dtype (a raw copy when they match); see
 // engine.Ops.
 func (d *Device) Cast(dst, src *engine.Tensor) error {
-	n, err := engine.CheckCast(dst, src)
+	n, err := engine.CheckCast(d.own, dst, src)
 	if err != nil {
-		return err
-	}
-	if err := d.own("cast", dst, src); err != nil {
 		return err
 	}
 	return d.copyKernel(dst, src, n, [4]int{1, 1, 1, max(n, 1)}, [4]int{0, 0, 0, 1}, 0)
@@ -33,11 +30,8 @@ func (d *Device) Cast(dst, src *engine.Tensor) error {
 
 // SwapAxes12 writes dst[a, c, b, e] = src[a, b, c, e]; see engine.Ops.
 func (d *Device) SwapAxes12(dst, src *engine.Tensor) error {
-	dims, err := engine.CheckSwapAxes12(dst, src)
+	dims, err := engine.CheckSwapAxes12(d.own, dst, src)
 	if err != nil {
-		return err
-	}
-	if err := d.own("swapaxes12", dst, src); err != nil {
 		return err
 	}
 	a, b, c, e := dims[0], dims[1], dims[2], dims[3]
@@ -48,11 +42,8 @@ func (d *Device) SwapAxes12(dst, src *engine.Tensor) error {
 // KVAppend writes x [B, H, n, D] into cache [B, H, Cap, D] at positions
 // start..start+n-1; see engine.Ops.
 func (d *Device) KVAppend(cache, x *engine.Tensor, start int) error {
-	b, h, n, capacity, dim, err := engine.CheckKVAppend(cache, x, start)
+	b, h, n, capacity, dim, err := engine.CheckKVAppend(d.own, cache, x, start)
 	if err != nil {
-		return err
-	}
-	if err := d.own("kv append", cache, x); err != nil {
 		return err
 	}
 	total := b * h * n * dim
@@ -64,11 +55,8 @@ func (d *Device) KVAppend(cache, x *engine.Tensor, start int) error {
 // sequence's start (read on the device; a bad start is reported at Sync);
 // see engine.Ops.
 func (d *Device) KVAppendAt(cache, x, starts *engine.Tensor) error {
-	b, h, n, capacity, dim, err := engine.CheckKVAppendAt(cache, x, starts)
+	b, h, n, capacity, dim, err := engine.CheckKVAppendAt(d.own, cache, x, starts)
 	if err != nil {
-		return err
-	}
-	if err := d.own("kv append at", cache, x, starts); err != nil {
 		return err
 	}
 	total := b * h * n * dim

@@ -35,11 +35,8 @@ func (d *Device) elementwise(op uint32, n int, per int, flag bool, c [6]float32,
 
 // AddScaled computes out = alpha*a + beta*b; see engine.Ops.
 func (d *Device) AddScaled(out_, a, b *engine.Tensor, alpha, beta float32) error {
-	n, err := engine.CheckElementwise("add scaled", []string{"out", "a", "b"}, out_, a, b)
+	n, err := engine.CheckElementwise(d.own, "add scaled", []string{"out", "a", "b"}, out_, a, b)
 	if err != nil {
-		return err
-	}
-	if err := d.own("add scaled", out_, a, b); err != nil {
 		return err
 	}
 	return d.elementwise(ewAddScaled, n, 1, false, [6]float32{alpha, beta}, out(out_), in(a), in(b))
@@ -47,11 +44,8 @@ func (d *Device) AddScaled(out_, a, b *engine.Tensor, alpha, beta float32) error
 
 // SwiGLU computes out = silu(gate) * up; see engine.Ops.
 func (d *Device) SwiGLU(o, gate, up *engine.Tensor) error {
-	n, err := engine.CheckElementwise("swiglu", []string{"out", "gate", "up"}, o, gate, up)
+	n, err := engine.CheckElementwise(d.own, "swiglu", []string{"out", "gate", "up"}, o, gate, up)
 	if err != nil {
-		return err
-	}
-	if err := d.own("swiglu", o, gate, up); err != nil {
 		return err
 	}
 	return d.elementwise(ewSwiGLU, n, 1, false, [6]float32{}, out(o), in(gate), in(up))
@@ -60,11 +54,8 @@ func (d *Device) SwiGLU(o, gate, up *engine.Tensor) error {
 // SwiGLUBackward computes dGate and dUp; see engine.Ops.
 func (d *Device) SwiGLUBackward(dGate, dUp, dOut, gate, up *engine.Tensor) error {
 	const op = "swiglu backward"
-	n, err := engine.CheckElementwise(op, []string{"dGate", "dUp", "dOut", "gate", "up"}, dGate, dUp, dOut, gate, up)
+	n, err := engine.CheckElementwise(d.own, op, []string{"dGate", "dUp", "dOut", "gate", "up"}, dGate, dUp, dOut, gate, up)
 	if err != nil {
-		return err
-	}
-	if err := d.own(op, dGate, dUp, dOut, gate, up); err != nil {
 		return err
 	}
 	return d.elementwise(ewSwiGLUBwd, n, 1, false, [6]float32{}, out(dGate), out(dUp), in(dOut), in(gate), in(up))
@@ -73,11 +64,8 @@ func (d *Device) SwiGLUBackward(dGate, dUp, dOut, gate, up *engine.Tensor) error
 // AdamW updates p, m and v in place; see engine.Ops. The bias corrections
 // are computed on the host in float64.
 func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
-	n, err := engine.CheckAdamW(p, g, m, v, o)
+	n, err := engine.CheckAdamW(d.own, p, g, m, v, o)
 	if err != nil {
-		return err
-	}
-	if err := d.own("adamw", p, g, m, v); err != nil {
 		return err
 	}
 	decay, step, bc2 := o.Factors()
@@ -87,11 +75,8 @@ func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
 
 // MuonMomentum updates m and writes the direction u; see engine.Ops.
 func (d *Device) MuonMomentum(u, m, g *engine.Tensor, beta float32, nesterov bool) error {
-	n, err := engine.CheckMuonMomentum(u, m, g)
+	n, err := engine.CheckMuonMomentum(d.own, u, m, g)
 	if err != nil {
-		return err
-	}
-	if err := d.own("muon momentum", u, m, g); err != nil {
 		return err
 	}
 	return d.elementwise(ewMuonMom, n, 1, nesterov, [6]float32{beta}, out(u), out(m), in(g))
@@ -99,11 +84,8 @@ func (d *Device) MuonMomentum(u, m, g *engine.Tensor, beta float32, nesterov boo
 
 // MuonApply updates p = p (1 - lr wd) - lr scale o; see engine.Ops.
 func (d *Device) MuonApply(p, o *engine.Tensor, lr, wd, scale float32) error {
-	n, err := engine.CheckMuonApply(p, o)
+	n, err := engine.CheckMuonApply(d.own, p, o)
 	if err != nil {
-		return err
-	}
-	if err := d.own("muon apply", p, o); err != nil {
 		return err
 	}
 	c := [6]float32{float32(1 - float64(lr)*float64(wd)), float32(float64(lr) * float64(scale))}

@@ -7,11 +7,8 @@ import (
 // Embedding gathers table rows; see engine.Ops. An id outside [0, V) is
 // reported by Sync (its row is not written).
 func (d *Device) Embedding(o, table, ids *engine.Tensor) error {
-	n, dim, v, err := engine.CheckEmbedding(o, table, ids)
+	n, dim, v, err := engine.CheckEmbedding(d.own, o, table, ids)
 	if err != nil {
-		return err
-	}
-	if err := d.own("embedding", o, table, ids); err != nil {
 		return err
 	}
 	if n == 0 || dim == 0 {
@@ -26,11 +23,8 @@ func (d *Device) Embedding(o, table, ids *engine.Tensor) error {
 // (each table row is owned by the workgroup of the first token with its
 // id, which adds every occurrence in token order); see engine.Ops.
 func (d *Device) EmbeddingBackward(dTable, ids, dOut *engine.Tensor) error {
-	n, dim, v, err := engine.CheckEmbeddingBackward(dTable, ids, dOut)
+	n, dim, v, err := engine.CheckEmbeddingBackward(d.own, dTable, ids, dOut)
 	if err != nil {
-		return err
-	}
-	if err := d.own("embedding backward", dTable, ids, dOut); err != nil {
 		return err
 	}
 	if n == 0 || dim == 0 {

@@ -7,11 +7,8 @@ import (
 // HeadGate scales each head vector by the sigmoid of its gate logit:
 // out[..., h, :] = sigmoid(z[..., h]) x[..., h, :] (shaders/gate.comp).
 func (d *Device) HeadGate(o, x, z *engine.Tensor) error {
-	rows, h, dim, err := engine.CheckHeadGate(o, x, z)
+	rows, h, dim, err := engine.CheckHeadGate(d.own, o, x, z)
 	if err != nil {
-		return err
-	}
-	if err := d.own("head gate", o, x, z); err != nil {
 		return err
 	}
 	n := rows * h
@@ -26,14 +23,8 @@ func (d *Device) HeadGate(o, x, z *engine.Tensor) error {
 // HeadGateBackward computes dX = sigmoid(z) dOut and
 // dZ = sigmoid(z) (1 - sigmoid(z)) sum_d dOut x.
 func (d *Device) HeadGateBackward(dX, dZ, dOut, x, z *engine.Tensor) error {
-	if _, _, _, err := engine.CheckHeadGate(dOut, x, z); err != nil {
-		return err
-	}
-	rows, h, dim, err := engine.CheckHeadGate(dX, x, dZ)
+	rows, h, dim, err := engine.CheckHeadGateBackward(d.own, dX, dZ, dOut, x, z)
 	if err != nil {
-		return err
-	}
-	if err := d.own("head gate backward", dX, dZ, dOut, x, z); err != nil {
 		return err
 	}
 	n := rows * h

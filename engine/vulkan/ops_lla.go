@@ -13,11 +13,8 @@ import (
 // bytes. With lambda = 0 a row that sees at most D keys has a singular
 // system: refused before anything runs, as on the CPU.
 func (d *Device) LLA(a engine.LLAArgs) error {
-	dims, err := engine.CheckLLA(a)
+	dims, err := engine.CheckLLA(d.own, a)
 	if err != nil {
-		return err
-	}
-	if err := d.own("lla", a.Q, a.K, a.V, a.O, a.RhoStar, a.Eta); err != nil {
 		return err
 	}
 	if err := engine.CheckLLASolvable(dims, a.Lambda); err != nil {
@@ -27,14 +24,7 @@ func (d *Device) LLA(a engine.LLAArgs) error {
 	if rows == 0 {
 		return nil
 	}
-	tol := a.Tol
-	if tol == 0 {
-		tol = 1e-6
-	}
-	maxIter := a.MaxIter
-	if maxIter == 0 {
-		maxIter = 4 * dims.D
-	}
+	tol, maxIter := a.CGLimits(dims.D)
 	D := dims.D
 	wg := 64
 	if D > 8*wg {
@@ -61,7 +51,7 @@ func (d *Device) LLA(a engine.LLAArgs) error {
 		n := min(chunk, rows-r0)
 		pc := push(uint32(dims.B), uint32(dims.Hq), uint32(dims.Hkv), uint32(dims.G), uint32(dims.Lq), uint32(dims.Lk),
 			dims.Causal, uint32(dims.Window), dims.Scale, uint32(1), uint32(0), flags,
-			a.Lambda, tol, uint32(maxIter), uint32(r0), uint32(n))
+			a.Lambda, float32(tol), uint32(maxIter), uint32(r0), uint32(n))
 		if err := d.launch("lla", wg, spec{1: uint32(D), 2: solver, 3: uint32(bc)}, pc, d.groups1(n),
 			in(a.Q), in(a.K), in(a.V), out(a.O), d.opt(a.RhoStar, true), d.opt(a.Eta, true), scratch(sr), d.statusArg()); err != nil {
 			return err

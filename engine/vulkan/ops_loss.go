@@ -10,11 +10,8 @@ import (
 // class columns [0, C) and zeroes dLogits' pad columns [C, W). A target
 // outside [0, C) that is not the ignore index is reported by Sync.
 func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o engine.CrossEntropyOpts) error {
-	n, w, classes, err := engine.CheckCrossEntropy(loss, dLogits, logits, targets, o)
+	n, w, classes, err := engine.CheckCrossEntropy(d.own, loss, dLogits, logits, targets, o)
 	if err != nil {
-		return err
-	}
-	if err := d.own("cross entropy", loss, dLogits, logits, targets); err != nil {
 		return err
 	}
 	if n == 0 {

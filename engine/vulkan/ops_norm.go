@@ -12,11 +12,8 @@ const normWG = 128
 
 // RMSNorm normalises the rows of x; see engine.Ops.
 func (d *Device) RMSNorm(o, rstd, x, w *engine.Tensor, eps float32) error {
-	rows, n, err := engine.CheckRMSNorm(o, rstd, x, w)
+	rows, n, err := engine.CheckRMSNorm(d.own, o, rstd, x, w)
 	if err != nil {
-		return err
-	}
-	if err := d.own("rmsnorm", o, rstd, x, w); err != nil {
 		return err
 	}
 	if rows == 0 || n == 0 {
@@ -29,11 +26,8 @@ func (d *Device) RMSNorm(o, rstd, x, w *engine.Tensor, eps float32) error {
 
 // RMSNormBackward computes dX and accumulates dW; see engine.Ops.
 func (d *Device) RMSNormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor) error {
-	rows, n, err := engine.CheckRMSNormBackward(dX, dW, dOut, x, w, rstd)
+	rows, n, err := engine.CheckRMSNormBackward(d.own, dX, dW, dOut, x, w, rstd)
 	if err != nil {
-		return err
-	}
-	if err := d.own("rmsnorm backward", dX, dW, dOut, x, w, rstd); err != nil {
 		return err
 	}
 	if rows == 0 || n == 0 {

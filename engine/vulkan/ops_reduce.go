@@ -54,11 +54,8 @@ func (d *Device) reduceSegments(x arg, batch, per int, square bool, fin uint32, 
 
 // SumSquares writes (or adds) sum x^2 into out; see engine.Ops.
 func (d *Device) SumSquares(o, x *engine.Tensor, accumulate bool) error {
-	n, err := engine.CheckSumSquares(o, x)
+	n, err := engine.CheckSumSquares(d.own, o, x)
 	if err != nil {
-		return err
-	}
-	if err := d.own("sum squares", o, x); err != nil {
 		return err
 	}
 	if n == 0 {
@@ -73,11 +70,8 @@ func (d *Device) SumSquares(o, x *engine.Tensor, accumulate bool) error {
 // FrobeniusNormalize writes out = x / (||x||_F + eps) per matrix; see
 // engine.Ops.
 func (d *Device) FrobeniusNormalize(o, x *engine.Tensor, eps float32) error {
-	batch, per, err := engine.CheckFrobeniusNormalize(o, x)
+	batch, per, err := engine.CheckFrobeniusNormalize(d.own, o, x)
 	if err != nil {
-		return err
-	}
-	if err := d.own("frobenius normalize", o, x); err != nil {
 		return err
 	}
 	if batch == 0 || per == 0 {
@@ -99,11 +93,8 @@ func (d *Device) FrobeniusNormalize(o, x *engine.Tensor, eps float32) error {
 // CorrectionRatio writes the mean over rows of ||vbar - o|| / ||vbar||;
 // see engine.Ops.
 func (d *Device) CorrectionRatio(res, o, vbar *engine.Tensor) error {
-	rows, D, err := engine.CheckCorrectionRatio(res, o, vbar)
+	rows, D, err := engine.CheckCorrectionRatio(d.own, res, o, vbar)
 	if err != nil {
-		return err
-	}
-	if err := d.own("correction ratio", res, o, vbar); err != nil {
 		return err
 	}
 	if rows == 0 {

@@ -40,20 +40,17 @@ func (d *Device) ropeFreqs(theta float32, dim int) (*region, error) {
 // RoPE rotates pairs of x by pos[l] * theta^(-2i/D) (pos[b, l] with
 // per-sequence positions); see engine.Ops.
 func (d *Device) RoPE(o, x, pos *engine.Tensor, theta float32) error {
-	return d.rope("rope", o, x, pos, theta, 1)
+	return d.rope(o, x, pos, theta, 1)
 }
 
 // RoPEBackward applies the inverse rotation; see engine.Ops.
 func (d *Device) RoPEBackward(dX, dOut, pos *engine.Tensor, theta float32) error {
-	return d.rope("rope backward", dX, dOut, pos, theta, -1)
+	return d.rope(dX, dOut, pos, theta, -1)
 }
 
-func (d *Device) rope(op string, o, x, pos *engine.Tensor, theta, sign float32) error {
-	b, h, l, dim, err := engine.CheckRoPE(o, x, pos)
+func (d *Device) rope(o, x, pos *engine.Tensor, theta, sign float32) error {
+	b, h, l, dim, err := engine.CheckRoPE(d.own, o, x, pos, sign < 0)
 	if err != nil {
-		return err
-	}
-	if err := d.own(op, o, x, pos); err != nil {
 		return err
 	}
 	rows := b * h * l

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/parallax-engine/parallax/engine"
+	"github.com/parallax-engine/parallax/engine/enginetest"
 )
 
 // testDevice opens vulkan:0 for a test, or skips it when there is no
@@ -25,23 +26,11 @@ func testDevice(t testing.TB) *Device {
 	return d
 }
 
-func upload(t *testing.T, d *Device, dt engine.DType, vals []float32, shape ...int) *engine.Tensor {
-	t.Helper()
-	x, err := engine.FromFloat32(d, dt, vals, shape...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return x
-}
-
-func download(t *testing.T, x *engine.Tensor) []float32 {
-	t.Helper()
-	v, err := engine.Float32s(x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
+// upload and download move float32 values to and from tensors.
+var (
+	upload   = enginetest.MustFromFloat32
+	download = enginetest.MustFloat32s
+)
 
 // A chain of dependent adds recorded into one batch: each needs a barrier
 // after the previous one, and the batch is submitted once, at the Read.

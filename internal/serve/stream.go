@@ -2,7 +2,8 @@ package serve
 
 import (
 	"strings"
-	"unicode/utf8"
+
+	"github.com/parallax-engine/parallax/model/tokenizer"
 )
 
 // Tokenizer turns text into token ids and back.
@@ -32,7 +33,7 @@ func (ts *textStream) push(id int) (delta string, stopped bool, err error) {
 		return "", false, err
 	}
 	ts.text = text
-	cut := completeRunes(text)
+	cut := tokenizer.CompleteRunes(text)
 	if i := ts.firstStop(text[:cut]); i >= 0 {
 		delta = ""
 		if i > ts.sent {
@@ -89,18 +90,4 @@ func (ts *textStream) holdback(s string) int {
 		}
 	}
 	return h
-}
-
-// completeRunes returns the length of s without a trailing incomplete UTF-8
-// sequence.
-func completeRunes(s string) int {
-	for i := 1; i <= utf8.UTFMax && i <= len(s); i++ {
-		if utf8.RuneStart(s[len(s)-i]) {
-			if !utf8.FullRuneInString(s[len(s)-i:]) {
-				return len(s) - i
-			}
-			break
-		}
-	}
-	return len(s)
 }

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // Tokenizer is a byte-level BPE vocabulary with its merges and special
@@ -227,6 +228,22 @@ func (t *Tokenizer) Decode(ids []int) (string, error) {
 		b.WriteString(t.raw[id])
 	}
 	return b.String(), nil
+}
+
+// CompleteRunes returns the length of s without a trailing incomplete UTF-8
+// sequence: the text of a prefix of an encoding may end inside a character
+// that the next token completes, so a stream of decoded text holds that
+// tail back.
+func CompleteRunes(s string) int {
+	for i := 1; i <= utf8.UTFMax && i <= len(s); i++ {
+		if utf8.RuneStart(s[len(s)-i]) {
+			if !utf8.FullRuneInString(s[len(s)-i:]) {
+				return len(s) - i
+			}
+			break
+		}
+	}
+	return len(s)
 }
 
 // appendWord appends the tokens of one pre-token.

@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/parallax-engine/parallax/engine"
 	"github.com/parallax-engine/parallax/engine/cpu"
+	"github.com/parallax-engine/parallax/internal/concurrent"
 )
 
 // comms joins n goroutine ranks and makes their communicators over one CPU
@@ -180,51 +180,42 @@ func TestCommMismatchAndChoice(t *testing.T) {
 func TestTCPStartedCollectives(t *testing.T) {
 	const n = 3
 	cs, devs := comms(t, n, BackendTCP)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = func() error {
-				dev, c := devs[r], cs[r]
-				fr := float32(r)
-				a := vals(dev, t, engine.F32, []float32{fr, 2 * fr}, 2)
-				b := vals(dev, t, engine.BF16, []float32{fr + 1}, 1)
-				x := vals(dev, t, engine.F32, []float32{10 * fr, 1}, 2)
-				pa := c.StartAllReduce(Sum, a)
-				pb := c.StartReduce(Avg, []int{2}, b)
-				host := []float64{float64(r)}
-				if err := c.AllReduceHost(host); err != nil {
-					return err
-				}
-				px := c.StartAllReduce(Avg, x)
-				for _, p := range []Pending{px, pb, pa} {
-					if err := p.Wait(); err != nil {
-						return err
-					}
-				}
-				if host[0] != 3 {
-					return fmt.Errorf("host all-reduce: got %v, want 3", host[0])
-				}
-				if err := same(read32(a), []float32{3, 6}); err != nil {
-					return fmt.Errorf("all-reduce: %w", err)
-				}
-				wantB := []float32{fr + 1} // unchanged off the root
-				if r == 2 {
-					wantB = []float32{2}
-				}
-				if err := same(read32(b), wantB); err != nil {
-					return fmt.Errorf("reduce: %w", err)
-				}
-				if err := same(read32(x), []float32{10, 1}); err != nil {
-					return fmt.Errorf("all-reduce avg: %w", err)
-				}
-				return nil
-			}()
-		}()
-	}
-	wg.Wait()
+	errs := concurrent.Each(n, func(r int) error {
+		dev, c := devs[r], cs[r]
+		fr := float32(r)
+		a := vals(dev, t, engine.F32, []float32{fr, 2 * fr}, 2)
+		b := vals(dev, t, engine.BF16, []float32{fr + 1}, 1)
+		x := vals(dev, t, engine.F32, []float32{10 * fr, 1}, 2)
+		pa := c.StartAllReduce(Sum, a)
+		pb := c.StartReduce(Avg, []int{2}, b)
+		host := []float64{float64(r)}
+		if err := c.AllReduceHost(host); err != nil {
+			return err
+		}
+		px := c.StartAllReduce(Avg, x)
+		for _, p := range []Pending{px, pb, pa} {
+			if err := p.Wait(); err != nil {
+				return err
+			}
+		}
+		if host[0] != 3 {
+			return fmt.Errorf("host all-reduce: got %v, want 3", host[0])
+		}
+		if err := same(read32(a), []float32{3, 6}); err != nil {
+			return fmt.Errorf("all-reduce: %w", err)
+		}
+		wantB := []float32{fr + 1} // unchanged off the root
+		if r == 2 {
+			wantB = []float32{2}
+		}
+		if err := same(read32(b), wantB); err != nil {
+			return fmt.Errorf("reduce: %w", err)
+		}
+		if err := same(read32(x), []float32{10, 1}); err != nil {
+			return fmt.Errorf("all-reduce avg: %w", err)
+		}
+		return nil
+	})
 	for r, err := range errs {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)

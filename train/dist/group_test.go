@@ -8,10 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/parallax-engine/parallax/internal/concurrent"
 )
 
 // TestMain lets the test binary act as a rank in a child process
@@ -71,20 +72,14 @@ func join(t *testing.T, n int, o Options) []*Group {
 	t.Helper()
 	ln, addr := listen(t)
 	gs := make([]*Group, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ro := o
-			if r == 0 {
-				ro.Listener = ln
-			}
-			gs[r], errs[r] = Join(context.Background(), Env{Rank: r, World: n, Addr: addr, Job: "test"}, ro)
-		}()
-	}
-	wg.Wait()
+	errs := concurrent.Each(n, func(r int) (err error) {
+		ro := o
+		if r == 0 {
+			ro.Listener = ln
+		}
+		gs[r], err = Join(context.Background(), Env{Rank: r, World: n, Addr: addr, Job: "test"}, ro)
+		return err
+	})
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
@@ -100,17 +95,7 @@ func join(t *testing.T, n int, o Options) []*Group {
 
 // each runs f on every rank concurrently and returns the errors by rank.
 func each(gs []*Group, f func(r int, g *Group) error) []error {
-	errs := make([]error, len(gs))
-	var wg sync.WaitGroup
-	for r, g := range gs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = f(r, g)
-		}()
-	}
-	wg.Wait()
-	return errs
+	return concurrent.Each(len(gs), func(r int) error { return f(r, gs[r]) })
 }
 
 func TestHostCollectives(t *testing.T) {
@@ -153,20 +138,15 @@ func TestRendezvousErrors(t *testing.T) {
 	t.Run("missing rank", func(t *testing.T) {
 		ln, addr := listen(t)
 		start := time.Now()
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		for r := range 2 { // ranks 0 and 1 of 3; rank 2 never comes
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				o := Options{Timeout: 300 * time.Millisecond}
-				if r == 0 {
-					o.Listener = ln
-				}
-				_, errs[r] = Join(context.Background(), Env{Rank: r, World: 3, Addr: addr}, o)
-			}()
-		}
-		wg.Wait()
+		// Ranks 0 and 1 of 3; rank 2 never comes.
+		errs := concurrent.Each(2, func(r int) error {
+			o := Options{Timeout: 300 * time.Millisecond}
+			if r == 0 {
+				o.Listener = ln
+			}
+			_, err := Join(context.Background(), Env{Rank: r, World: 3, Addr: addr}, o)
+			return err
+		})
 		if errs[0] == nil || !strings.Contains(errs[0].Error(), "rank 2 of 3 did not join") {
 			t.Errorf("rank 0: %v", errs[0])
 		}

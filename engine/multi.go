@@ -23,6 +23,31 @@ type MultiTensorOps interface {
 	AdamWMany(ps, gs, ms, vs []*Tensor, o AdamWOpts) error
 }
 
+// MultiCaster is implemented by devices that cast a list of tensors in one
+// launch: dsts[i] = srcs[i] rounded to dsts[i]'s dtype, each pair exactly as
+// Cast computes it (the refresh of a model's compute-dtype weight copies
+// from its f32 masters, a hundred tensors a step). Callers use CastAll.
+type MultiCaster interface {
+	CastMany(dsts, srcs []*Tensor) error
+}
+
+// CastAll casts each srcs[i] into dsts[i] (as Cast); the lists have the
+// same length.
+func CastAll(dev Device, dsts, srcs []*Tensor) error {
+	if len(dsts) != len(srcs) {
+		return &ArgError{Op: "cast", Operand: "tensors", Msg: fmt.Sprintf("lists of %d and %d tensors (want equal lengths)", len(dsts), len(srcs))}
+	}
+	if mc, ok := dev.(MultiCaster); ok && len(dsts) > 1 {
+		return mc.CastMany(dsts, srcs)
+	}
+	for i := range dsts {
+		if err := dev.Cast(dsts[i], srcs[i]); err != nil {
+			return fmt.Errorf("cast tensor %d of %d: %w", i, len(dsts), err)
+		}
+	}
+	return nil
+}
+
 // FillAll sets every element of every tensor of ts to value.
 func FillAll(dev Device, ts []*Tensor, value float32) error {
 	if mt, ok := dev.(MultiTensorOps); ok && len(ts) > 1 {

@@ -112,12 +112,13 @@ func (m *Model) MarkWeightsChanged() {
 }
 
 // refreshCompute rounds every master weight into its compute copy, if any
-// changed since the last refresh: one cast per weight (a row gather for the
-// padded head).
+// changed since the last refresh: one multi-tensor cast (engine.CastAll)
+// and a row gather for the padded head.
 func (m *Model) refreshCompute(r *rec) {
 	if !m.stale || r.err != nil {
 		return
 	}
+	var dsts, srcs []*engine.Tensor
 	for _, p := range m.params {
 		if p.C == nil {
 			continue
@@ -125,8 +126,11 @@ func (m *Model) refreshCompute(r *rec) {
 		if p.C.Dim(0) != p.W.Dim(0) {
 			r.embedding(p.C, p.W, m.padIDs)
 		} else {
-			r.copy(p.C, p.W)
+			dsts, srcs = append(dsts, p.C), append(srcs, p.W)
 		}
+	}
+	if r.err == nil {
+		r.fail("refresh compute weights", engine.CastAll(r.dev, dsts, srcs))
 	}
 	if r.err == nil {
 		m.stale = false

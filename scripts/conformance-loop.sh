@@ -9,6 +9,8 @@
 #   -n N       runs (default 200)
 #   -b BINARY  the parallax binary (default: bin/parallax, built if missing)
 #   -l LOG     failure log (default: conformance-loop-<time>.log in $TMPDIR)
+#   -t SECS    start no run after SECS seconds (default: no limit); the
+#              totals then count the runs made
 #
 # Every other argument goes to `parallax conformance` (not --seed or --json,
 # which the script sets), e.g.
@@ -24,14 +26,16 @@ cd "$(dirname "$0")/.."
 n=200
 bin=bin/parallax
 log=""
+limit=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-n) n="${2:?-n needs a count}"; shift 2 ;;
 	-b) bin="${2:?-b needs a path}"; shift 2 ;;
 	-l) log="${2:?-l needs a path}"; shift 2 ;;
+	-t) limit="${2:?-t needs seconds}"; shift 2 ;;
 	--) shift; break ;;
 	--seed|--seed=*|--json) echo "conformance-loop: $1 is set by the script" >&2; exit 2 ;;
-	-h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
 	*) break ;;
 	esac
 done
@@ -39,6 +43,7 @@ for a in "$@"; do
 	case "$a" in --seed|--seed=*|--json) echo "conformance-loop: $a is set by the script" >&2; exit 2 ;; esac
 done
 case "$n" in '' | *[!0-9]* | 0) echo "conformance-loop: -n $n: want a positive integer" >&2; exit 2 ;; esac
+case "$limit" in *[!0-9]*) echo "conformance-loop: -t $limit: want whole seconds" >&2; exit 2 ;; esac
 if [ ! -x "$bin" ]; then
 	if [ "$bin" = bin/parallax ]; then
 		go build -o bin/parallax ./cmd/parallax
@@ -52,10 +57,15 @@ fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
-failed=0 cases=0 bad=0
+failed=0 cases=0 bad=0 runs=0
 start=$(date +%s)
 echo "conformance-loop: $n runs of: $bin conformance $*; failures logged in $log"
 for i in $(seq 1 "$n"); do
+	if [ -n "$limit" ] && [ $(($(date +%s) - start)) -ge "$limit" ]; then
+		echo "conformance-loop: time limit of ${limit}s reached after $runs runs"
+		break
+	fi
+	runs=$i
 	seed=0
 	while [ "$seed" = 0 ]; do
 		seed=$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')
@@ -81,5 +91,5 @@ for i in $(seq 1 "$n"); do
 		grep -E 'FAIL|error|panic' "$out" || tail -n 20 "$out"
 	} >>"$log"
 done
-echo "conformance-loop: $failed of $n runs failed ($bad of $cases cases) in $(( $(date +%s) - start ))s; failures in $log"
+echo "conformance-loop: $failed of $runs runs failed ($bad of $cases cases) in $(( $(date +%s) - start ))s; failures in $log"
 [ "$failed" -eq 0 ]

@@ -10,17 +10,23 @@
 # The peer script lives in the ignored peers/ folder (copied there from the
 # peer benchmarks; carry it with the run).
 #
-# Usage: scripts/device-train.sh [ours] [profile] [peers] [big]   (default: ours profile peers)
+# Usage: scripts/device-train.sh [ours] [profile] [peers] [big] [bigprof] [triton] [timers]   (default: ours profile peers)
 #   ours     gpt2-124m-like and small, softmax and Parallax, AdamW and Muon
 #   profile  the per-kernel breakdown of one gpt2-124m-like step (and of the base build)
 #   peers    train_peer.py: torch.compile (and eager) on the same shapes
 #   big      qwen3-0.6b at 8 x 2048 for us and the compiled peer
-# Logs and JSON go to $OUT (default /tmp/train-out).
+#   bigprof  the per-kernel breakdown of one qwen3-0.6b 8 x 2048 step
+#   triton   the compiled peer with the authors' Triton Parallax kernel
+#            (their package in peers/Parallax), gpt2-124m-like and qwen3-0.6b
+#   timers   `bench matmul` on cuda:0, which says what timed it
+# NO_SMALL=1 leaves out the small preset's rows. Logs and JSON go to $OUT
+# (default /tmp/train-out).
 set -uo pipefail
 OUT=${OUT:-/tmp/train-out}
 mkdir -p "$OUT"
 export PARALLAX_REQUIRE_CUDA=1 PARALLAX_CUDA_CACHE=${PARALLAX_CUDA_CACHE:-/tmp/parallax-cuda-cache}
 steps=${*:-ours profile peers}
+has() { [[ " $steps " == *" $1 "* ]]; }
 PEER=${PEER:-peers/shared/bench/train_peer.py}
 STEPS=${STEPS:-30}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
@@ -66,17 +72,19 @@ except Exception as e:
 EOF
 }
 
-if [[ $steps == *ours* ]]; then
+if has ours; then
 	for att in softmax parallax; do
 		for opt in ${OPTS:-adamw muon}; do
 			ours parallax --config gpt2-124m-like --attention $att --optimizer $opt
 		done
 	done
-	ours parallax --config small --attention parallax --optimizer muon
-	ours parallax --config small --attention softmax --optimizer adamw
+	if [[ -z ${NO_SMALL:-} ]]; then
+		ours parallax --config small --attention parallax --optimizer muon
+		ours parallax --config small --attention softmax --optimizer adamw
+	fi
 	echo "$(($(date +%s) - t0)) s so far"
 fi
-if [[ $steps == *profile* ]]; then
+if has profile; then
 	for bin in ${PROFILE_BINS:-parallax parallax-base}; do
 		[[ -x bin/$bin ]] || continue
 		for att in ${PROFILE_ATTS:-softmax parallax}; do
@@ -90,15 +98,31 @@ if [[ $steps == *profile* ]]; then
 	done
 	echo "$(($(date +%s) - t0)) s so far"
 fi
-if [[ $steps == *peers* ]]; then
+if has peers; then
 	peer --config gpt2-124m-like --attention softmax --compile 1
 	[[ -n ${EAGER:-} ]] && peer --config gpt2-124m-like --attention softmax --compile 0
-	peer --config small --attention softmax --compile 1
+	[[ -z ${NO_SMALL:-} ]] && peer --config small --attention softmax --compile 1
 	echo "$(($(date +%s) - t0)) s so far"
 fi
-if [[ $steps == *big* ]]; then
+if has big; then
 	STEPS=12 ours parallax --config qwen3-0.6b --attention softmax --optimizer adamw --batch 8 --seq 2048 --warmup 4
 	STEPS=12 ours parallax --config qwen3-0.6b --attention parallax --optimizer adamw --batch 8 --seq 2048 --warmup 4
 	peer --config qwen3-0.6b --attention softmax --compile 1 --batch 8 --seq 2048 --steps 12 --warmup 4
+fi
+if has bigprof; then
+	timeout 150 ./bin/parallax bench train --device cuda:0 --config qwen3-0.6b --attention ${BIG_ATT:-softmax} --optimizer adamw \
+		--batch 8 --seq 2048 --steps 6 --warmup 3 --profile >"$OUT/profile-qwen3-0.6b.txt" 2>>"$OUT/ours.log"
+	echo "== profile qwen3-0.6b (exit $?)"
+	head -${PROFILE_LINES:-28} "$OUT/profile-qwen3-0.6b.txt"
+	echo "$(($(date +%s) - t0)) s so far"
+fi
+if has triton; then
+	export PEER_PARALLAX_SRC=${PEER_PARALLAX_SRC:-peers/Parallax}
+	peer --config gpt2-124m-like --attention parallax --compile 1
+	has big && peer --config qwen3-0.6b --attention parallax --compile 1 --batch 8 --seq 2048 --steps 12 --warmup 4
+	echo "$(($(date +%s) - t0)) s so far"
+fi
+if has timers; then
+	./bin/parallax bench matmul --device cuda:0 --dtype bf16 --shape 8192,8192,8192 2>&1 | tail -3
 fi
 echo "total $(($(date +%s) - t0)) s"

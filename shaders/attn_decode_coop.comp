@@ -24,6 +24,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_vote : require
 #extension GL_KHR_shader_subgroup_clustered : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
 #include "attn.glsl"
 #include "coop.glsl"
@@ -156,7 +157,5 @@ void main() {
 		uint ri = e / D, x = e % D;
 		notFinite = decodeOut(ri, x, sO[ri * D + x], sO[(8u + ri) * D + x], sS[ri], sS[8u + ri], sS[16u + ri]) || notFinite;
 	}
-	if (subgroupAny(notFinite || bad) && t == 0u) {
-		px_raise(PX_ERR_F16_RANGE, b, hk, split, 0u);
-	}
+	decodeFinish(notFinite, bad);
 }

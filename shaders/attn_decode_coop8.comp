@@ -22,6 +22,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_vote : require
 #extension GL_KHR_shader_subgroup_clustered : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
 #include "attn.glsl"
 #include "coop.glsl"
@@ -174,7 +175,5 @@ void main() {
 		uint ri = e / D, x = e % D;
 		notFinite = decodeOut(ri, x, sO[x * 8u + ri], sO[x * 8u + 4u + ri], sS[ri], sS[4u + ri], sS[8u + ri]) || notFinite;
 	}
-	if (subgroupAny(notFinite || bad) && t == 0u) {
-		px_raise(PX_ERR_F16_RANGE, b, hk, split, 0u);
-	}
+	decodeFinish(notFinite, bad);
 }

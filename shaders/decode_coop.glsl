@@ -16,7 +16,11 @@
 //
 // f16 limits this path to values below 65504 in magnitude: K and V
 // elements, queries, probes and P2 = P1 t. A result that is not finite
-// raises PX_ERR_F16_RANGE instead of passing silently; the scalar kernel
+// either comes from a NaN or an infinity among the split's inputs, and then
+// the split is recomputed in f32 (decodeFinish, decodeScalar) so that it
+// comes out where the reference puts it (f16 products would also turn a
+// hidden key's NaN into 0 * NaN), or from f16's range, and then raises
+// PX_ERR_F16_RANGE instead of passing silently; the scalar kernel
 // (attn_decode) has no such limit.
 
 layout(constant_id = 1) const uint D = 128;
@@ -179,4 +183,93 @@ bool decodeOut(uint ri, uint x, float a1, float a2, float m, float d1, float d2)
 	float o = HAS_R != 0u ? vb * (1.0 + d2 / d1) - a2 / d1 : vb;
 	O_st(row * D + x, o);
 	return isinf(o) || isnan(o);
+}
+
+// splitInputsNonFinite: whether a query or probe row of the item, or a key
+// or value row of its split [c0, c1), holds a NaN or an infinity.
+bool splitInputsNonFinite() {
+	bool nf = false;
+	for (uint e = t; e < 2u * rows * D; e += WG) {
+		float a = qrLoad(e / D, e % D, rows);
+		nf = nf || isnan(a) || isinf(a);
+	}
+	for (uint e = t; e < (c1 - c0) * D; e += WG) {
+		uint off = (kvbase + c0 + e / D) * D + e % D;
+		float k = K_ld(off), v = V_ld(off);
+		nf = nf || isnan(k) || isinf(k) || isnan(v) || isinf(v);
+	}
+	return subgroupAny(nf);
+}
+
+// decodeScalar recomputes the item's result in f32 from the caches and
+// writes it as decodeOut does: one row at a time, the invocations sharing
+// its columns and the subgroup its dot products, a streaming softmax over
+// the keys the row sees and no others (so a NaN the row does not see stays
+// out of it, where a product with p = 0 would let it in). Only split items
+// whose inputs are not finite take it.
+#define PX_SC 8u // columns per invocation: D <= 8 WG
+void decodeScalar() {
+	for (uint ri = 0u; ri < rows; ri++) {
+		uint lo, hi;
+		rowKeys(ri, lo, hi);
+		float q[PX_SC], r[PX_SC], a1[PX_SC], a2[PX_SC];
+		PX_UNROLL for (uint c = 0u; c < PX_SC; c++) {
+			uint x = t + WG * c;
+			q[c] = qrLoad(ri, x, rows); // 0 past D
+			r[c] = qrLoad(rows + ri, x, rows);
+			a1[c] = 0.0;
+			a2[c] = 0.0;
+		}
+		float m = PX_NEG_INF, d1 = 0.0, d2 = 0.0;
+		for (uint j = lo; j < hi; j++) {
+			uint off = (kvbase + j) * D;
+			float sq = 0.0, sr = 0.0;
+			PX_UNROLL for (uint c = 0u; c < PX_SC; c++) {
+				uint x = t + WG * c;
+				if (x < D) {
+					float k = K_ld(off + x);
+					sq += q[c] * k;
+					if (HAS_R != 0u) {
+						sr += r[c] * k;
+					}
+				}
+			}
+			float s = subgroupAdd(sq) * pc.scale;
+			float tt = HAS_R != 0u ? subgroupAdd(sr) : 0.0;
+			float mn = max(m, s);
+			float mu = mn == PX_NEG_INF ? 0.0 : mn;
+			float al = exp(m - mu), pj = exp(s - mu), ptj = pj * tt;
+			d1 = d1 * al + pj;
+			d2 = d2 * al + ptj;
+			PX_UNROLL for (uint c = 0u; c < PX_SC; c++) {
+				uint x = t + WG * c;
+				if (x < D) {
+					float v = V_ld(off + x);
+					a1[c] = a1[c] * al + pj * v;
+					a2[c] = HAS_R != 0u ? a2[c] * al + ptj * v : 0.0;
+				}
+			}
+			m = mn;
+		}
+		PX_UNROLL for (uint c = 0u; c < PX_SC; c++) {
+			uint x = t + WG * c;
+			if (x < D) {
+				decodeOut(ri, x, a1[c], a2[c], m, d1, d2);
+			}
+		}
+	}
+}
+
+// decodeFinish handles a result that is not finite (notFinite: some
+// invocation's output, bad: a P2 past f16's range): recomputed in f32 when
+// the split's inputs are not finite, else raised as PX_ERR_F16_RANGE.
+void decodeFinish(bool notFinite, bool bad) {
+	if (!subgroupAny(notFinite || bad)) {
+		return;
+	}
+	if (splitInputsNonFinite()) {
+		decodeScalar();
+	} else if (t == 0u) {
+		px_raise(PX_ERR_F16_RANGE, b, hk, split, 0u);
+	}
 }

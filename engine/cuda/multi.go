@@ -138,14 +138,37 @@ func (d *Device) FillMany(ts []*engine.Tensor, value float32) error {
 	return d.mtLaunch("mt_fill", ops, nil, func(a *args) { a.f(value) })
 }
 
+// CastMany casts every srcs[i] into dsts[i] in one launch; pairs of one
+// dtype (a copy) or of I32 take the single Cast.
+func (d *Device) CastMany(dsts, srcs []*engine.Tensor) error {
+	if len(dsts) != len(srcs) {
+		return &engine.ArgError{Op: "cast", Operand: "tensors", Msg: fmt.Sprintf("lists of %d and %d tensors (want equal lengths)", len(dsts), len(srcs))}
+	}
+	ops := make([][4]*engine.Tensor, 0, len(dsts))
+	for i := range dsts {
+		n, err := engine.CheckCast(d.own, dsts[i], srcs[i])
+		if err != nil {
+			return fmt.Errorf("cast tensor %d of %d: %w", i, len(dsts), err)
+		}
+		dd, sd := dsts[i].DType(), srcs[i].DType()
+		if dd == sd || dd == engine.I32 || sd == engine.I32 {
+			if err := d.Cast(dsts[i], srcs[i]); err != nil {
+				return fmt.Errorf("cast tensor %d of %d: %w", i, len(dsts), err)
+			}
+			continue
+		}
+		if n > 0 {
+			ops = append(ops, [4]*engine.Tensor{dsts[i], srcs[i]})
+		}
+	}
+	return d.mtLaunch("mt_cast", ops, nil, nil)
+}
+
 // ScaleMany multiplies every tensor by s in place in one launch.
 func (d *Device) ScaleMany(ts []*engine.Tensor, s float32) error {
 	ops := make([][4]*engine.Tensor, 0, len(ts))
 	for i, t := range ts {
-		if _, err := engine.CheckElementwise("scale", []string{fmt.Sprintf("tensor %d", i)}, t); err != nil {
-			return err
-		}
-		if err := d.own("scale", t); err != nil {
+		if _, err := engine.CheckElementwise(d.own, "scale", []string{fmt.Sprintf("tensor %d", i)}, t); err != nil {
 			return err
 		}
 		if t.Numel() > 0 {
@@ -160,10 +183,7 @@ func (d *Device) ScaleMany(ts []*engine.Tensor, s float32) error {
 func (d *Device) SumSquaresMany(out *engine.Tensor, xs []*engine.Tensor, accumulate bool) error {
 	ops := make([][4]*engine.Tensor, 0, len(xs))
 	for _, x := range xs {
-		if _, err := engine.CheckSumSquares(out, x); err != nil {
-			return err
-		}
-		if err := d.own("sum squares", out, x); err != nil {
+		if _, err := engine.CheckSumSquares(d.own, out, x); err != nil {
 			return err
 		}
 		if x.Numel() > 0 {
@@ -171,7 +191,7 @@ func (d *Device) SumSquaresMany(out *engine.Tensor, xs []*engine.Tensor, accumul
 		}
 	}
 	if len(xs) == 0 {
-		if _, err := engine.CheckSumSquares(out, out); err != nil {
+		if _, err := engine.CheckSumSquares(nil, out, out); err != nil {
 			return err
 		}
 	}
@@ -195,10 +215,7 @@ func (d *Device) SumSquaresMany(out *engine.Tensor, xs []*engine.Tensor, accumul
 func (d *Device) AdamWMany(ps, gs, ms, vs []*engine.Tensor, o engine.AdamWOpts) error {
 	ops := make([][4]*engine.Tensor, 0, len(ps))
 	for i := range ps {
-		if _, err := engine.CheckAdamW(ps[i], gs[i], ms[i], vs[i], o); err != nil {
-			return err
-		}
-		if err := d.own("adamw", ps[i], gs[i], ms[i], vs[i]); err != nil {
+		if _, err := engine.CheckAdamW(d.own, ps[i], gs[i], ms[i], vs[i], o); err != nil {
 			return err
 		}
 		if ps[i].Numel() > 0 {

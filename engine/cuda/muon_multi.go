@@ -205,7 +205,9 @@ func (d *Device) gemmScaled(out, a, b *engine.Tensor, o engine.MatMulOpts, alpha
 	if err != nil {
 		return err
 	}
-	if dims.SharedB || a.DType() != b.DType() || out.DType() != a.DType() {
+	// A rank-2 b is "shared" across a batch of one too: only a real batch
+	// needs b's own stride.
+	if (dims.SharedB && dims.Batch > 1) || a.DType() != b.DType() || out.DType() != a.DType() {
 		return fmt.Errorf("cuda scaled matmul: want operands of one dtype and one batch, got %v, %v, %v", out, a, b)
 	}
 	if dims.Batch == 0 || dims.M == 0 || dims.N == 0 || dims.K == 0 {

@@ -57,11 +57,8 @@ func (d *Device) zero(p uint64, n int64) error {
 
 // Embedding gathers rows of table; an out-of-range id is reported at Sync.
 func (d *Device) Embedding(out, table, ids *engine.Tensor) error {
-	n, dim, v, err := engine.CheckEmbedding(out, table, ids)
+	n, dim, v, err := engine.CheckEmbedding(d.own, out, table, ids)
 	if err != nil {
-		return err
-	}
-	if err := d.own("embedding", out, table, ids); err != nil {
 		return err
 	}
 	return d.launch(ew, "embedding", grid1(int64(n)*int64(dim)), threads256, 0,
@@ -71,11 +68,8 @@ func (d *Device) Embedding(out, table, ids *engine.Tensor) error {
 // EmbeddingBackward accumulates dOut rows into dTable with f32 atomics (in
 // an f32 copy when dTable is 16-bit).
 func (d *Device) EmbeddingBackward(dTable, ids, dOut *engine.Tensor) error {
-	n, dim, v, err := engine.CheckEmbeddingBackward(dTable, ids, dOut)
+	n, dim, v, err := engine.CheckEmbeddingBackward(d.own, dTable, ids, dOut)
 	if err != nil {
-		return err
-	}
-	if err := d.own("embedding backward", dTable, ids, dOut); err != nil {
 		return err
 	}
 	total := int64(v) * int64(dim)
@@ -127,8 +121,12 @@ func ewGrid(n int64) [3]int {
 	return grid1((n + 1) / 2)
 }
 
-// ropeRows is ROPE_ROWS of elementwise.cu: the rows a rope thread rotates.
-const ropeRows = 16
+// ropeRows and rope8Rows are ROPE_ROWS and ROPE8_ROWS of elementwise.cu:
+// the rows a rope (rope8) thread rotates at a time.
+const (
+	ropeRows  = 16
+	rope8Rows = 4
+)
 
 func rowGrid(rows int) [3]int { return [3]int{max(1, min(rows, 1<<20)), 1, 1} }
 
@@ -138,11 +136,8 @@ func warpRowGrid(rows int) [3]int { return [3]int{max(1, min((rows+7)/8, 1<<20))
 
 // RMSNorm normalises rows, one warp per row.
 func (d *Device) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) error {
-	rows, n, err := engine.CheckRMSNorm(out, rstd, x, w)
+	rows, n, err := engine.CheckRMSNorm(d.own, out, rstd, x, w)
 	if err != nil {
-		return err
-	}
-	if err := d.own("rmsnorm", out, rstd, x, w); err != nil {
 		return err
 	}
 	if rows == 0 || n == 0 {
@@ -159,11 +154,8 @@ func (d *Device) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) error {
 // RMSNormBackward computes dX per row and accumulates dW by a column
 // reduction into an f32 scratch.
 func (d *Device) RMSNormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor) error {
-	rows, n, err := engine.CheckRMSNormBackward(dX, dW, dOut, x, w, rstd)
+	rows, n, err := engine.CheckRMSNormBackward(d.own, dX, dW, dOut, x, w, rstd)
 	if err != nil {
-		return err
-	}
-	if err := d.own("rmsnorm backward", dX, dW, dOut, x, w, rstd); err != nil {
 		return err
 	}
 	if rows == 0 || n == 0 {
@@ -204,20 +196,17 @@ func (d *Device) RMSNormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor) error 
 // RoPE rotates pairs of x into out (which may alias x); pos is [L] or
 // per-sequence [B, L].
 func (d *Device) RoPE(out, x, pos *engine.Tensor, theta float32) error {
-	return d.rope("rope", out, x, pos, theta, false)
+	return d.rope(out, x, pos, theta, false)
 }
 
 // RoPEBackward applies the inverse rotation.
 func (d *Device) RoPEBackward(dX, dOut, pos *engine.Tensor, theta float32) error {
-	return d.rope("rope backward", dX, dOut, pos, theta, true)
+	return d.rope(dX, dOut, pos, theta, true)
 }
 
-func (d *Device) rope(op string, out, x, pos *engine.Tensor, theta float32, inverse bool) error {
-	b, h, l, dim, err := engine.CheckRoPE(out, x, pos)
+func (d *Device) rope(out, x, pos *engine.Tensor, theta float32, inverse bool) error {
+	b, h, l, dim, err := engine.CheckRoPE(d.own, out, x, pos, inverse)
 	if err != nil {
-		return err
-	}
-	if err := d.own(op, out, x, pos); err != nil {
 		return err
 	}
 	inv := 0
@@ -231,10 +220,10 @@ func (d *Device) rope(op string, out, x, pos *engine.Tensor, theta float32, inve
 			newArgs().p(ptr(out)).i(dt(out)).p(ptr(x)).i(dt(x)).p(ptr(pos)).i(b).i(h).i(l).i(dim).f(theta).i(inv))
 	}
 	if (dim/2)%8 == 0 && dt(x) != 3 && dt(out) != 3 {
-		// x: (l, 8 pairs) groups; y: (b, h) rows, ropeRows of them a
+		// x: (l, 8 pairs) groups; y: (b, h) rows, rope8Rows of them a
 		// thread in the y direction's stride.
 		g := grid1(int64(l) * int64(dim/16))
-		g[1] = max(1, min((b*h+ropeRows-1)/ropeRows, 65535))
+		g[1] = max(1, min((b*h+rope8Rows-1)/rope8Rows, 65535))
 		return d.launch(ew, "rope8", g, threads256, 0,
 			newArgs().p(ptr(out)).i(dt(out)).p(ptr(x)).i(dt(x)).p(ptr(pos)).i(b).i(h).i(l).i(dim).f(theta).i(inv))
 	}
@@ -247,11 +236,8 @@ func (d *Device) rope(op string, out, x, pos *engine.Tensor, theta float32, inve
 
 // SwiGLU computes silu(gate) * up.
 func (d *Device) SwiGLU(out, gate, up *engine.Tensor) error {
-	n, err := engine.CheckElementwise("swiglu", []string{"out", "gate", "up"}, out, gate, up)
+	n, err := engine.CheckElementwise(d.own, "swiglu", []string{"out", "gate", "up"}, out, gate, up)
 	if err != nil {
-		return err
-	}
-	if err := d.own("swiglu", out, gate, up); err != nil {
 		return err
 	}
 	return d.launch(ew, "swiglu", ewGrid(int64(n)), threads256, 0,
@@ -261,11 +247,8 @@ func (d *Device) SwiGLU(out, gate, up *engine.Tensor) error {
 // SwiGLUBackward computes dGate and dUp.
 func (d *Device) SwiGLUBackward(dGate, dUp, dOut, gate, up *engine.Tensor) error {
 	const op = "swiglu backward"
-	n, err := engine.CheckElementwise(op, []string{"dGate", "dUp", "dOut", "gate", "up"}, dGate, dUp, dOut, gate, up)
+	n, err := engine.CheckElementwise(d.own, op, []string{"dGate", "dUp", "dOut", "gate", "up"}, dGate, dUp, dOut, gate, up)
 	if err != nil {
-		return err
-	}
-	if err := d.own(op, dGate, dUp, dOut, gate, up); err != nil {
 		return err
 	}
 	return d.launch(ew, "swiglu_bwd", ewGrid(int64(n)), threads256, 0,
@@ -275,11 +258,8 @@ func (d *Device) SwiGLUBackward(dGate, dUp, dOut, gate, up *engine.Tensor) error
 
 // AddScaled computes out = alpha a + beta b (out may alias a or b).
 func (d *Device) AddScaled(out, a, b *engine.Tensor, alpha, beta float32) error {
-	n, err := engine.CheckElementwise("add scaled", []string{"out", "a", "b"}, out, a, b)
+	n, err := engine.CheckElementwise(d.own, "add scaled", []string{"out", "a", "b"}, out, a, b)
 	if err != nil {
-		return err
-	}
-	if err := d.own("add scaled", out, a, b); err != nil {
 		return err
 	}
 	return d.launch(ew, "add_scaled", ewGrid(int64(n)), threads256, 0,
@@ -303,11 +283,8 @@ func (d *Device) Fill(t *engine.Tensor, value float32) error {
 
 // Cast converts src into dst's dtype (a copy when they match).
 func (d *Device) Cast(dst, src *engine.Tensor) error {
-	n, err := engine.CheckCast(dst, src)
+	n, err := engine.CheckCast(d.own, dst, src)
 	if err != nil {
-		return err
-	}
-	if err := d.own("cast", dst, src); err != nil {
 		return err
 	}
 	return d.castRaw(ptr(dst), dst.DType(), ptr(src), src.DType(), int64(n))
@@ -315,11 +292,8 @@ func (d *Device) Cast(dst, src *engine.Tensor) error {
 
 // SwapAxes12 transposes the middle two dimensions.
 func (d *Device) SwapAxes12(dst, src *engine.Tensor) error {
-	s, err := engine.CheckSwapAxes12(dst, src)
+	s, err := engine.CheckSwapAxes12(d.own, dst, src)
 	if err != nil {
-		return err
-	}
-	if err := d.own("swapaxes12", dst, src); err != nil {
 		return err
 	}
 	// The widest unit that divides a row of D elements and both pointers'
@@ -342,11 +316,8 @@ func (d *Device) SwapAxes12(dst, src *engine.Tensor) error {
 
 // KVAppend writes x into the cache at positions start.. (converting).
 func (d *Device) KVAppend(cache, x *engine.Tensor, start int) error {
-	b, h, n, capacity, dim, err := engine.CheckKVAppend(cache, x, start)
+	b, h, n, capacity, dim, err := engine.CheckKVAppend(d.own, cache, x, start)
 	if err != nil {
-		return err
-	}
-	if err := d.own("kv append", cache, x); err != nil {
 		return err
 	}
 	return d.launch(ew, "kv_append", grid1(int64(x.Numel())), threads256, 0,
@@ -356,11 +327,8 @@ func (d *Device) KVAppend(cache, x *engine.Tensor, start int) error {
 // KVAppendAt writes x into cache at each sequence's start (read on the
 // device; a bad start is reported at Sync).
 func (d *Device) KVAppendAt(cache, x, starts *engine.Tensor) error {
-	b, h, n, capacity, dim, err := engine.CheckKVAppendAt(cache, x, starts)
+	b, h, n, capacity, dim, err := engine.CheckKVAppendAt(d.own, cache, x, starts)
 	if err != nil {
-		return err
-	}
-	if err := d.own("kv append at", cache, x, starts); err != nil {
 		return err
 	}
 	return d.launch(ew, "kv_append_at", grid1(int64(x.Numel())), threads256, 0,
@@ -372,11 +340,8 @@ func (d *Device) KVAppendAt(cache, x, starts *engine.Tensor) error {
 // class columns [0, C) and zeroes dLogits' pad columns [C, W). A target
 // outside [0, C) (and not ignored) is reported at Sync.
 func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o engine.CrossEntropyOpts) error {
-	n, w, classes, err := engine.CheckCrossEntropy(loss, dLogits, logits, targets, o)
+	n, w, classes, err := engine.CheckCrossEntropy(d.own, loss, dLogits, logits, targets, o)
 	if err != nil {
-		return err
-	}
-	if err := d.own("cross entropy", loss, dLogits, logits, targets); err != nil {
 		return err
 	}
 	dl, dtdl := uint64(0), 0
@@ -421,11 +386,8 @@ func (d *Device) sumSquares(x *engine.Tensor, batch, per int64) (*buffer, error)
 
 // SumSquares computes (or adds to out) sum x^2.
 func (d *Device) SumSquares(out, x *engine.Tensor, accumulate bool) error {
-	n, err := engine.CheckSumSquares(out, x)
+	n, err := engine.CheckSumSquares(d.own, out, x)
 	if err != nil {
-		return err
-	}
-	if err := d.own("sum squares", out, x); err != nil {
 		return err
 	}
 	acc, err := d.sumSquares(x, 1, int64(n))
@@ -442,11 +404,8 @@ func (d *Device) SumSquares(out, x *engine.Tensor, accumulate bool) error {
 
 // AdamW updates p, m, v in place (PyTorch's order), in double.
 func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
-	n, err := engine.CheckAdamW(p, g, m, v, o)
+	n, err := engine.CheckAdamW(d.own, p, g, m, v, o)
 	if err != nil {
-		return err
-	}
-	if err := d.own("adamw", p, g, m, v); err != nil {
 		return err
 	}
 	decay, step, bc2 := o.Factors()
@@ -459,11 +418,8 @@ func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
 
 // MuonMomentum updates m and writes the direction u.
 func (d *Device) MuonMomentum(u, m, g *engine.Tensor, beta float32, nesterov bool) error {
-	n, err := engine.CheckMuonMomentum(u, m, g)
+	n, err := engine.CheckMuonMomentum(d.own, u, m, g)
 	if err != nil {
-		return err
-	}
-	if err := d.own("muon momentum", u, m, g); err != nil {
 		return err
 	}
 	nest := 0
@@ -476,11 +432,8 @@ func (d *Device) MuonMomentum(u, m, g *engine.Tensor, beta float32, nesterov boo
 
 // FrobeniusNormalize writes x / (||x||_F + eps) per matrix.
 func (d *Device) FrobeniusNormalize(out, x *engine.Tensor, eps float32) error {
-	batch, per, err := engine.CheckFrobeniusNormalize(out, x)
+	batch, per, err := engine.CheckFrobeniusNormalize(d.own, out, x)
 	if err != nil {
-		return err
-	}
-	if err := d.own("frobenius normalize", out, x); err != nil {
 		return err
 	}
 	if batch == 0 || per == 0 {
@@ -498,11 +451,8 @@ func (d *Device) FrobeniusNormalize(out, x *engine.Tensor, eps float32) error {
 
 // MuonApply updates p = p (1 - lr wd) - lr scale o.
 func (d *Device) MuonApply(p, o *engine.Tensor, lr, wd, scale float32) error {
-	n, err := engine.CheckMuonApply(p, o)
+	n, err := engine.CheckMuonApply(d.own, p, o)
 	if err != nil {
-		return err
-	}
-	if err := d.own("muon apply", p, o); err != nil {
 		return err
 	}
 	return d.launch(ew, "muon_apply", grid1(int64(n)), threads256, 0,
@@ -511,11 +461,8 @@ func (d *Device) MuonApply(p, o *engine.Tensor, lr, wd, scale float32) error {
 
 // CorrectionRatio writes the mean over rows of ||vbar - o|| / ||vbar||.
 func (d *Device) CorrectionRatio(out, o, vbar *engine.Tensor) error {
-	rows, dim, err := engine.CheckCorrectionRatio(out, o, vbar)
+	rows, dim, err := engine.CheckCorrectionRatio(d.own, out, o, vbar)
 	if err != nil {
-		return err
-	}
-	if err := d.own("correction ratio", out, o, vbar); err != nil {
 		return err
 	}
 	acc, err := d.zeroedScratch(8)

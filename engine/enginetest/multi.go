@@ -17,9 +17,9 @@ func init() { register(multiCases) }
 var multiSizes = []int{1, 17, 16384, 40001, 3, 256}
 
 // multiCases check the multi-tensor helpers (engine.FillAll, ScaleAll,
-// SumSquaresAll, AdamWAll) against the reference, tensor by tensor: on a
+// SumSquaresAll, CastAll, AdamWAll) against the reference, tensor by tensor: on a
 // device with engine.MultiTensorOps they run its one-launch kernels, on
-// the others the single-tensor ops. Bounds: fill is exact; scale and AdamW
+// the others the single-tensor ops. Bounds: fill and cast are exact (a cast rounds once, to nearest even); scale and AdamW
 // are the single ops' elementwise formulas (Tol depth 1 and 4, as their own
 // cases); the sum of squares of ~57k f32 squares is summed in double on the
 // GPU and in float64 here, so f32's unit roundoff on the output bounds it.
@@ -89,6 +89,24 @@ func multiCases(o Options, dt engine.DType) []Case {
 			var c opMetrics
 			c.do(engine.SumSquaresAll(dev, out, xs, true))
 			c.cmp("sum", out, []float64{want}, Tol(engine.F32, 1))
+			return c.result()
+		}},
+		{Op: "multi-tensor cast", Name: name + ", f32 to " + dt.String(), DType: dt, Run: func(dev engine.Device, rng *rand.Rand) ([]Metric, error) {
+			ts := NewTensors(dev)
+			defer ts.Free()
+			srcs, vals := upAll(ts, rng, engine.F32, 3)
+			var dsts []*engine.Tensor
+			for _, n := range multiSizes {
+				dsts = append(dsts, ts.New(dt, n))
+			}
+			if err := ts.Err(); err != nil {
+				return nil, err
+			}
+			var c opMetrics
+			c.do(engine.CastAll(dev, dsts, srcs))
+			for i := range dsts {
+				c.cmp(fmt.Sprintf("t%d", i), dsts[i], ref.Cast(vals[i], dt), 0)
+			}
 			return c.result()
 		}},
 		{Op: "multi-tensor adamw", Name: name + ", lr 1e-2, wd 0.1, step 3", DType: dt, Run: func(dev engine.Device, rng *rand.Rand) ([]Metric, error) {

@@ -668,6 +668,50 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 		for (int x = 0; x < D / 8; x++)
 #pragma unroll
 			for (int e = 0; e < 4; e++) acc[x][e] *= alpha;
+		// Keys hidden from some rows but not all (the causal edge, the last
+		// Lq - 1 keys; a window's left edge) still enter the P V product
+		// with p = 0, and 0 times a non-finite V is NaN where the reference
+		// skips the key. Such a key with a non-finite V row leaves the
+		// product (its shared row is zeroed) and each row that sees it adds
+		// p v for it alone. The test costs nothing away from the edges.
+		if (jb + 16 > n - Lq + 1 || window > 0) {
+			const int kl0 = lane & 15, jl = jb + kl0;
+			bool bad = false;
+			if (lane < 16 && jl < c1) {
+				int vis = 0;
+				for (int rr = 0; rr < nrows; rr++) {
+					int hr = rr % Lq + n - Lq + 1, lr = window > 0 ? max(0, hr - window) : 0;
+					vis += jl < hr && jl >= lr;
+				}
+				if (vis > 0 && vis < nrows) {
+					const u16 *vr = vs + kl0 * SD;
+					for (int c = 0; c < D; c++) bad |= (vr[c] & 0x7f80u) == 0x7f80u;
+				}
+			}
+			for (unsigned badm = __ballot_sync(0xffffffffu, bad); badm; badm &= badm - 1) {
+				const int kl = __ffs(badm) - 1, ntk = kl >> 3, ek = kl & 1, src = (lane & ~3) | ((kl & 7) >> 1);
+				float pk = ntk ? (ek ? p[1][1] : p[1][0]) : (ek ? p[0][1] : p[0][0]);
+				float ptk = ntk ? (ek ? pt[1][1] : pt[1][0]) : (ek ? pt[0][1] : pt[0][0]);
+				int okk = ntk ? (ek ? okm[1][1] : okm[1][0]) : (ek ? okm[0][1] : okm[0][0]);
+				pk = __shfl_sync(0xffffffffu, pk, src);
+				ptk = __shfl_sync(0xffffffffu, ptk, src);
+				okk = __shfl_sync(0xffffffffu, okk, src);
+				u16 *vr = (u16 *)vs + kl * SD;
+				if (okk)
+#pragma unroll
+					for (int x = 0; x < D / 8; x++) {
+						int c = x * 8 + tq * 2;
+						float v0 = bf2f(vr[c]), v1 = bf2f(vr[c + 1]);
+						acc[x][0] += pk * v0;
+						acc[x][1] += pk * v1;
+						acc[x][2] += ptk * v0;
+						acc[x][3] += ptk * v1;
+					}
+				__syncwarp();
+				for (int c = lane; c < D; c += 32) vr[c] = 0;
+				__syncwarp();
+			}
+		}
 		u32 ap[4] = {pack2(p[0][0], p[0][1]), pack2(pt[0][0], pt[0][1]), pack2(p[1][0], p[1][1]), pack2(pt[1][0], pt[1][1])};
 #pragma unroll
 		for (int n2 = 0; n2 < D / 16; n2++) {

@@ -71,11 +71,16 @@ extern "C" __global__ void attn_fwd_simt(const void *q, const void *r, const voi
 		float s = NEG_INF, t = 0;
 		if (j < hi) {
 			float a = 0, c = 0;
-			for (int x = 0; x < D; x++) {
-				float kx = ldf(k, dtk, kv + (i64)j * D + x);
-				a += sq[x] * kx;
-				c += sr[x] * kx;
-			}
+			// Softmax (no r) skips the probe's sum: 0 * an infinite key
+			// would be NaN where softmax is finite.
+			if (r)
+				for (int x = 0; x < D; x++) {
+					float kx = ldf(k, dtk, kv + (i64)j * D + x);
+					a += sq[x] * kx;
+					c += sr[x] * kx;
+				}
+			else
+				for (int x = 0; x < D; x++) a += sq[x] * ldf(k, dtk, kv + (i64)j * D + x);
 			s = a * scale;
 			t = c;
 		}

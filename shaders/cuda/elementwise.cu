@@ -476,7 +476,12 @@ extern "C" __global__ void rope(void *out, int dto, const void *x, int dtx, cons
 
 // rope8 is rope for half = D/2 a multiple of 8 (16-byte aligned rows): a
 // thread owns 8 consecutive pairs (i..i+7, i+half..i+half+7) of one
-// position, 16-byte accesses, the same ROPE_ROWS rows and double angles.
+// position, 16-byte accesses and double angles, and turns ROPE8_ROWS (b, h)
+// rows at a time (blockIdx.y picks the first): all of their loads are
+// issued before any store, so each thread has 2 ROPE8_ROWS 16-byte loads in
+// flight (one row at a time left the kernel waiting on memory at a third of
+// the bandwidth).
+#define ROPE8_ROWS 4
 extern "C" __global__ void rope8(void *out, int dto, const void *x, int dtx, const int *pos, int B, int H, int L, int D,
                                  float theta, int inverse) {
 	int half = D / 2, groups = half / 8;
@@ -491,16 +496,26 @@ extern "C" __global__ void rope8(void *out, int dto, const void *x, int dtx, con
 			sincos(ang, &sn, &cs);
 			c[k] = (float)cs, s[k] = (float)(inverse ? -sn : sn);
 		}
-		for (i64 bh = (i64)blockIdx.y; bh < bhs; bh += gridDim.y) {
-			i64 base = (bh * L + l) * D;
-			float a[8], b[8];
-			ld8f(x, dtx, base + i0, a);
-			ld8f(x, dtx, base + i0 + half, b);
-			float oa[8], ob[8];
+		for (i64 bh0 = (i64)blockIdx.y * ROPE8_ROWS; bh0 < bhs; bh0 += (i64)gridDim.y * ROPE8_ROWS) {
+			float a[ROPE8_ROWS][8], b[ROPE8_ROWS][8];
 #pragma unroll
-			for (int k = 0; k < 8; k++) oa[k] = a[k] * c[k] - b[k] * s[k], ob[k] = b[k] * c[k] + a[k] * s[k];
-			st8f(out, dto, base + i0, oa);
-			st8f(out, dto, base + i0 + half, ob);
+			for (int r = 0; r < ROPE8_ROWS; r++)
+				if (bh0 + r < bhs) {
+					i64 base = ((bh0 + r) * L + l) * D;
+					ld8f(x, dtx, base + i0, a[r]);
+					ld8f(x, dtx, base + i0 + half, b[r]);
+				}
+#pragma unroll
+			for (int r = 0; r < ROPE8_ROWS; r++)
+				if (bh0 + r < bhs) {
+					i64 base = ((bh0 + r) * L + l) * D;
+					float oa[8], ob[8];
+#pragma unroll
+					for (int k = 0; k < 8; k++)
+						oa[k] = a[r][k] * c[k] - b[r][k] * s[k], ob[k] = b[r][k] * c[k] + a[r][k] * s[k];
+					st8f(out, dto, base + i0, oa);
+					st8f(out, dto, base + i0 + half, ob);
+				}
 		}
 	}
 }
@@ -699,6 +714,11 @@ extern "C" __global__ void rand_fill(void *t, int dt, i64 n, unsigned seed, floa
 // mt_fill: p[0] (dtype dt[0]) = v.
 extern "C" __global__ void mt_fill(const mt_entry *tab, int T, float v) {
 	MT_LOOP(tab, T, stf((void *)e.p[0], e.dt[0], i, v););
+}
+
+// mt_cast: p[0] (dtype dt[0]) = p[1] (dtype dt[1]), as cast (never I32).
+extern "C" __global__ void mt_cast(const mt_entry *tab, int T) {
+	MT_LOOP(tab, T, stf((void *)e.p[0], e.dt[0], i, ldf((const void *)e.p[1], e.dt[1], i)););
 }
 
 // mt_scale: p[0] *= s (as add_scaled(t, t, t, s, 0)).

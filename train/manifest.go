@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/parallax-engine/parallax/internal/atomicfile"
 	"github.com/parallax-engine/parallax/model"
@@ -126,7 +127,23 @@ func readManifest(path string) (manifest, error) {
 	if m.Format != manifestFormat {
 		return m, fmt.Errorf("read %s: format %q, want %q: %w", path, m.Format, manifestFormat, ErrCorrupt)
 	}
+	// The entries name files that are checked, and moved into place, in the
+	// run's directory: a name must not lead out of it.
+	for _, e := range m.Files {
+		if e.Name == "" || e.Name == "." || e.Name == ".." || e.Name != filepath.Base(e.Name) || strings.ContainsAny(e.Name, `/\`) {
+			return m, fmt.Errorf("read %s: file %q is not a file name in the run directory: %w", path, e.Name, ErrCorrupt)
+		}
+		if e.Size < 0 || !isCRC32C(e.CRC32C) {
+			return m, fmt.Errorf("read %s: file %s: size %d, checksum %q: %w", path, e.Name, e.Size, e.CRC32C, ErrCorrupt)
+		}
+	}
 	return m, nil
+}
+
+// isCRC32C reports whether s is a checksum as entryOf writes it: 8
+// lowercase hexadecimal digits.
+func isCRC32C(s string) bool {
+	return len(s) == 8 && strings.Trim(s, "0123456789abcdef") == ""
 }
 
 // commitCheckpoint moves the committed checkpoint in out's stage into out:

@@ -71,7 +71,36 @@ func OpenMetrics(path string, truncateAfter int) (*MetricsLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
+	// A last line cut by a crash is ended, so that the first record
+	// appended does not join it and become unreadable with it.
+	cut, err := endsInsideLine(target)
+	if err == nil && cut {
+		_, err = fh.Write([]byte{'\n'})
+	}
+	if err != nil {
+		fh.Close()
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
 	return &MetricsLog{f: fh, w: bufio.NewWriter(fh)}, nil
+}
+
+// endsInsideLine reports whether the file at path is not empty and does
+// not end with a newline.
+func endsInsideLine(path string) (bool, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil || st.Size() == 0 {
+		return false, err
+	}
+	b := make([]byte, 1)
+	if _, err := fh.ReadAt(b, st.Size()-1); err != nil {
+		return false, err
+	}
+	return b[0] != '\n', nil
 }
 
 func truncateMetrics(path string, after int) error {

@@ -129,8 +129,26 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if err := noArgs(fs); err != nil {
 		return err
 	}
-	if *iters < 1 {
-		return usagef("--iters must be >= 1")
+	// The command line is checked whole before the device is opened.
+	if err := checkFlags(fs,
+		numFlag("iters").atLeast(1).atMost(maxBenchIters),
+		numFlag("peak-tflops").above(0).or(0, "what is known of the device"),
+		numFlag("peak-gbps").above(0).or(0, "what is known of the device"),
+	); err != nil {
+		return err
+	}
+	var explicitDT engine.DType
+	if *dtypeFlag != "" {
+		dt, err := engine.ParseDType(*dtypeFlag)
+		if err != nil || !dt.IsFloat() {
+			return usagef("--dtype: %q is not f32, bf16 or f16", *dtypeFlag)
+		}
+		explicitDT = dt
+	}
+	if *shapeFlag != "" {
+		if err := checkBenchShape(what, *shapeFlag); err != nil {
+			return err
+		}
 	}
 	dev, err := engine.Open(*device)
 	if err != nil {
@@ -143,10 +161,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if info.Kind == engine.KindCPU {
 		dt = engine.F32
 	}
-	if *dtypeFlag != "" {
-		if dt, err = engine.ParseDType(*dtypeFlag); err != nil || !dt.IsFloat() {
-			return usagef("--dtype: %q is not f32, bf16 or f16", *dtypeFlag)
-		}
+	if explicitDT != 0 {
+		dt = explicitDT
 	}
 	if *peakTF == 0 && *peakGB == 0 && strings.Contains(info.Name, "H200") {
 		*peakTF, *peakGB = 800, 4400
@@ -339,6 +355,26 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, ", %.1f%% of the %s roofline", 100*r.Roofline, r.Bound)
 	}
 	fmt.Fprintf(stdout, " [%s, median of %d]\n", timer, *iters)
+	return nil
+}
+
+// maxBenchIters bounds --iters: the timings of every run are kept.
+const maxBenchIters = 1_000_000
+
+// benchLayouts are the --shape layouts of the op benchmarks.
+var benchLayouts = map[string]string{"matmul": "M,N,K", "attention": "B,H,L,D", "decode": "B,Hq,Hkv,L,D"}
+
+// checkBenchShape checks a --shape given to benchmark what as the
+// benchmark itself parses it, before the device is opened.
+func checkBenchShape(what, s string) error {
+	layout := benchLayouts[what]
+	shape, err := benchShape(s, make([]int, strings.Count(layout, ",")+1), layout)
+	if err != nil {
+		return err
+	}
+	if what == "decode" && shape[1]%shape[2] != 0 {
+		return usagef("--shape: Hq %d is not a multiple of Hkv %d", shape[1], shape[2])
+	}
 	return nil
 }
 

@@ -84,8 +84,16 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 		return usagef("--prompt-len %d must be >= 1", *promptLen)
 	case *newTokens < 1:
 		return usagef("--new %d must be >= 1", *newTokens)
-	case !(*peakGB >= 0) || !finite(*peakGB):
-		return usagef("--peak-gbps %g: want a positive number (0: what is known of the device)", *peakGB)
+	}
+	// Positions and batch rows are int32 on the devices, and the sum of
+	// --prompt-len and --new must not overflow.
+	if err := checkFlags(fs,
+		numFlag("batch").atLeast(1).atMost(math.MaxInt32),
+		numFlag("prompt-len").atLeast(1).atMost(math.MaxInt32),
+		numFlag("new").atLeast(1).atMost(math.MaxInt32),
+		numFlag("peak-gbps").above(0).or(0, "what is known of the device"),
+	); err != nil {
+		return err
 	}
 	dt, err := parseDTypeFlag(*dtypeName)
 	if err != nil {

@@ -84,8 +84,13 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 		return usagef("--warmup %d must be >= 0", *warmup)
 	case *steps <= *warmup:
 		return usagef("--steps %d must be more than --warmup %d (only the steps after the warm-up are timed)", *steps, *warmup)
-	case !(*peakTF >= 0) || math.IsInf(*peakTF, 0):
-		return usagef("--peak-tflops %g: want a positive number (0: what the device reports)", *peakTF)
+	}
+	// The bounds of parallax train's flags of the same names.
+	if err := checkFlags(fs,
+		numFlag("seq").atLeast(1).atMost(math.MaxInt32),
+		numFlag("peak-tflops").above(0).or(0, "what the device reports"),
+	); err != nil {
+		return err
 	}
 
 	// The runner opens the device itself; open it here only to resolve

@@ -26,6 +26,21 @@ func TestBadFlagValues(t *testing.T) {
 	madCmd := func(extra ...string) []string {
 		return append([]string{"mad", "--device", "cpu", "--out", out}, extra...)
 	}
+	// The benchmarks and serve-bench are given a device, model or server
+	// that does not exist: a flag checked only after opening it would exit
+	// 1 instead of 2.
+	benchCmd := func(what string, extra ...string) []string {
+		return append([]string{"bench", what, "--device", "nope:0"}, extra...)
+	}
+	genCmd := func(extra ...string) []string {
+		return append([]string{"bench", "generate", "--device", "nope:0", "--model", filepath.Join(dir, "no-model")}, extra...)
+	}
+	serveBenchCmd := func(extra ...string) []string {
+		return append([]string{"serve-bench", "--url", "http://127.0.0.1:1", "--out", out}, extra...)
+	}
+	dataCmd := func(extra ...string) []string {
+		return append([]string{"data", "prepare", "--tokenizer", filepath.Join(dir, "no-tokenizer"), "--in", filepath.Join(dir, "no-input.jsonl"), "--out", out}, extra...)
+	}
 	cases := []struct {
 		args []string
 		want string
@@ -79,6 +94,36 @@ func TestBadFlagValues(t *testing.T) {
 		{madCmd("--dim", "0"), "--dim 0"},
 		{madCmd("--heads", "-1"), "--heads -1"},
 		{madCmd("--head-dim", "0"), "--head-dim 0"},
+		{benchCmd("matmul", "--iters", "0"), "--iters 0: want an integer in [1, 1000000]"},
+		{benchCmd("matmul", "--iters", "99999999999"), "--iters 99999999999"},
+		{benchCmd("matmul", "--peak-tflops", "nan"), "--peak-tflops NaN: want a finite number > 0, or 0 (what is known of the device)"},
+		{benchCmd("attention", "--peak-tflops", "-800"), "--peak-tflops -800"},
+		{benchCmd("decode", "--peak-gbps", "inf"), "--peak-gbps +Inf"},
+		{benchCmd("decode", "--peak-gbps", "-1"), "--peak-gbps -1"},
+		{benchCmd("matmul", "--dtype", "f8"), `--dtype: "f8" is not f32, bf16 or f16`},
+		{benchCmd("attention", "--dtype", "i32"), `--dtype: "i32"`},
+		{benchCmd("matmul", "--shape", "0,1,1"), `--shape "0,1,1": "0" is not a positive size (want M,N,K)`},
+		{benchCmd("attention", "--shape", "1,2,3"), `--shape "1,2,3": want B,H,L,D`},
+		{benchCmd("decode", "--shape", "1,6,4,8,8"), "--shape: Hq 6 is not a multiple of Hkv 4"},
+		{benchCmd("train", "--seq", "2147483648"), "--seq 2147483648: want an integer in [1, 2147483647]"},
+		{benchCmd("train", "--peak-tflops", "inf"), "--peak-tflops +Inf"},
+		{benchCmd("train", "--peak-tflops", "-1"), "--peak-tflops -1: want a finite number > 0, or 0 (what the device reports)"},
+		{genCmd("--prompt-len", "2147483648"), "--prompt-len 2147483648: want an integer in [1, 2147483647]"},
+		{genCmd("--new", "9223372036854775807"), "--new 9223372036854775807"},
+		{genCmd("--batch", "2147483648"), "--batch 2147483648"},
+		{genCmd("--peak-gbps", "inf"), "--peak-gbps +Inf: want a finite number > 0, or 0 (what is known of the device)"},
+		{serveBenchCmd("--timeout", "0s"), "--timeout 0s: want a duration > 0"},
+		{serveBenchCmd("--timeout", "-1m"), "--timeout -1m0s"},
+		{serveBenchCmd("--requests", "0"), "--requests 0: want an integer in [1, 1000000]"},
+		{serveBenchCmd("--requests", "99999999999999"), "--requests 99999999999999"},
+		{serveBenchCmd("--max-tokens", "-1"), "--max-tokens -1: want an integer >= 1"},
+		{serveBenchCmd("--clients", "10000", "--requests", "1001"), "--clients 10000 with --requests 1001: 10010000 requests at one concurrency, more than 10000000"},
+		{serveBenchCmd("--clients", "1,nan"), `--clients "1,nan"`},
+		{dataCmd("--val-frac", "nan"), "--val-frac NaN: want a finite number in [0, 1)"},
+		{dataCmd("--val-frac", "1"), "--val-frac 1"},
+		{dataCmd("--val-frac", "-0.01"), "--val-frac -0.01"},
+		{dataCmd("--shard-tokens", "0"), "--shard-tokens 0: want an integer in [1, 2147483648]"},
+		{dataCmd("--shard-tokens", "4294967296"), "--shard-tokens 4294967296"},
 		{[]string{"tokenizer", "train", "--out", out, "--vocab", "99999999999"}, "--vocab 99999999999"},
 		{[]string{"tokenizer", "train", "--out", out, "--vocab", "100"}, "--vocab 100 is too small"},
 	}
@@ -123,6 +168,39 @@ func TestDocumentedSpecialValues(t *testing.T) {
 		if err := checkFlags(fs, rules...); err != nil {
 			t.Errorf("%v: %v", args, err)
 		}
+	}
+}
+
+// TestBenchFlagsAccepted: the benchmarks', serve-bench's and data
+// prepare's flags at the ends of their ranges and at the values their help
+// documents (0: the device's peak) pass the checks: each command gets as
+// far as the device, model, server or tokenizer, which do not exist (exit
+// 1, no complaint about a flag).
+func TestBenchFlagsAccepted(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	if err := os.WriteFile(in, []byte(`{"text": "x"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "matmul", "--device", "nope:0", "--peak-tflops", "0", "--peak-gbps", "0", "--iters", "1000000"}, `open device "nope:0"`},
+		{[]string{"bench", "decode", "--device", "nope:0", "--peak-gbps", "4400", "--shape", "1,8,2,16,8", "--dtype", "bf16"}, `open device "nope:0"`},
+		{[]string{"bench", "train", "--device", "nope:0", "--peak-tflops", "0", "--seq", "2147483647", "--warmup", "0", "--steps", "1"}, `open device "nope:0"`},
+		{[]string{"bench", "generate", "--device", "nope:0", "--model", filepath.Join(dir, "none"), "--peak-gbps", "0",
+			"--batch", "2147483647", "--prompt-len", "2147483647", "--new", "2147483647"}, "none"},
+		{[]string{"serve-bench", "--url", "http://127.0.0.1:1", "--clients", "10", "--requests", "1000000", "--timeout", "1s", "--max-tokens", "1"}, "list models"},
+		{[]string{"data", "prepare", "--tokenizer", filepath.Join(dir, "none"), "--in", in, "--out", filepath.Join(dir, "out"),
+			"--val-frac", "0", "--shard-tokens", "2147483648"}, "none"},
+	} {
+		t.Run(strings.Join(c.args[:2], " "), func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, c.args...)
+			if code != exitFailure || !strings.Contains(stderr, c.want) || strings.Contains(stderr, ": want ") {
+				t.Errorf("exit %d (want 1), stderr lacks %q or refuses a flag\nstdout: %s\nstderr: %s", code, c.want, stdout, stderr)
+			}
+		})
 	}
 }
 

@@ -33,6 +33,14 @@ const serveBenchExamples = `
   parallax serve-bench --url http://127.0.0.1:8080 --clients 1,8,32,64 --max-tokens 128 --out serve.json
 `
 
+// Bounds of serve-bench's flags: clients per concurrency, requests per
+// client, and requests (whose timings are kept) at one concurrency.
+const (
+	maxServeBenchClients  = 10000
+	maxServeBenchRequests = 1_000_000
+	maxServeBenchSamples  = 10_000_000
+)
+
 // serveBenchLevel is the result of one concurrency.
 type serveBenchLevel struct {
 	Clients      int     `json:"clients"`
@@ -69,13 +77,23 @@ func runServeBench(args []string, stdout, stderr io.Writer) error {
 	var levels []int
 	for _, f := range strings.Split(*clientsFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 10000 {
-			return usagef("--clients %q: want positive integers separated by commas", *clientsFlag)
+		if err != nil || n < 1 || n > maxServeBenchClients {
+			return usagef("--clients %q: want integers in [1, %d] separated by commas", *clientsFlag, maxServeBenchClients)
 		}
 		levels = append(levels, n)
 	}
-	if *requests < 1 || *maxTokens < 1 {
-		return usagef("--requests and --max-tokens must be >= 1")
+	if err := checkFlags(fs,
+		numFlag("requests").atLeast(1).atMost(maxServeBenchRequests),
+		numFlag("max-tokens").atLeast(1),
+	); err != nil {
+		return err
+	}
+	// The samples of a concurrency are kept until it ends.
+	if c := slices.Max(levels); c*(*requests) > maxServeBenchSamples {
+		return usagef("--clients %d with --requests %d: %d requests at one concurrency, more than %d", c, *requests, c*(*requests), maxServeBenchSamples)
+	}
+	if *timeout <= 0 {
+		return usagef("--timeout %v: want a duration > 0", *timeout)
 	}
 	if *apiKey == "" {
 		*apiKey = os.Getenv("PARALLAX_API_KEY")

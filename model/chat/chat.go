@@ -239,6 +239,7 @@ func (t *Template) render(messages jinja.Value, o RenderOptions) (out string, er
 		"tools":                 jinja.None(),
 		"documents":             jinja.None(),
 		tojsonName:              jinja.NewCallable("tojson", tojson),
+		"range":                 jinja.NewCallable("range", rangeFunc),
 	}
 	for name, s := range map[string]string{"bos_token": t.BOSToken, "eos_token": t.EOSToken, "pad_token": t.PadToken, "unk_token": t.UnkToken} {
 		if s != "" {
@@ -302,4 +303,58 @@ func messageValue(m Message) (jinja.Value, error) {
 		dict.Set("name", jinja.NewString(m.Name))
 	}
 	return d, nil
+}
+
+// maxRangeItems bounds the lists range makes, as the sandbox transformers
+// renders chat templates in does (its MAX_RANGE): the engine's own range
+// builds the whole list, so range(10**12) would exhaust the memory, and
+// counts with an int64 that can overflow and never end.
+const maxRangeItems = 100_000
+
+// rangeFunc is Python's range(stop), range(start, stop[, step]), with
+// arguments converted to integers as the engine's range converts them,
+// refusing more than maxRangeItems items.
+func rangeFunc(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) < 1 || len(args) > 3 {
+		return jinja.Value{}, fmt.Errorf("range: expected 1 to 3 arguments, got %d", len(args))
+	}
+	n := make([]int64, len(args))
+	for i, a := range args {
+		switch {
+		case a.IsInt():
+			n[i] = a.AsInt()
+		case a.IsFloat():
+			n[i] = int64(a.AsFloat())
+		case a.IsBool() && a.AsBool():
+			n[i] = 1
+		case a.IsString():
+			fmt.Sscanf(a.AsString(), "%d", &n[i])
+		}
+	}
+	start, stop, step := int64(0), n[0], int64(1)
+	if len(n) > 1 {
+		start, stop = n[0], n[1]
+	}
+	if len(n) > 2 {
+		step = n[2]
+	}
+	if step == 0 {
+		return jinja.Value{}, errors.New("range: step must not be zero")
+	}
+	// The count in uint64, which holds any difference of two int64s.
+	var count uint64
+	switch {
+	case step > 0 && start < stop:
+		count = (uint64(stop)-uint64(start)-1)/uint64(step) + 1
+	case step < 0 && start > stop:
+		count = (uint64(start)-uint64(stop)-1)/(-uint64(step)) + 1
+	}
+	if count > maxRangeItems {
+		return jinja.Value{}, fmt.Errorf("range(%d, %d, %d) would make %d items, more than the %d allowed", start, stop, step, count, maxRangeItems)
+	}
+	items := make([]jinja.Value, count)
+	for i := range items {
+		items[i] = jinja.NewInt(start + int64(i)*step)
+	}
+	return jinja.NewList(items), nil
 }

@@ -237,19 +237,22 @@ type stripDecoder struct {
 	start, stop int
 }
 
+// decode works on the bytes, not on runes, so that bytes of an incomplete
+// character (byte-fallback tokens of a prefix of an encoding) pass through
+// as they are instead of becoming U+FFFD.
 func (d stripDecoder) decode(tokens []string, _ bool, _ int) []string {
+	c := string(d.content)
 	out := make([]string, len(tokens))
 	for i, t := range tokens {
-		rs := []rune(t)
 		lo := 0
-		for lo < d.start && lo < len(rs) && rs[lo] == d.content {
-			lo++
+		for k := 0; k < d.start && strings.HasPrefix(t[lo:], c); k++ {
+			lo += len(c)
 		}
-		hi := len(rs)
-		for k := 0; k < d.stop && hi > lo && rs[hi-1] == d.content; k++ {
-			hi--
+		hi := len(t)
+		for k := 0; k < d.stop && strings.HasSuffix(t[lo:hi], c); k++ {
+			hi -= len(c)
 		}
-		out[i] = string(rs[lo:hi])
+		out[i] = t[lo:hi]
 	}
 	return out
 }

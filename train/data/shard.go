@@ -49,6 +49,10 @@ const (
 	flagLossMask  = 2
 )
 
+// maxShardVocab is the largest vocabulary a shard may record: every token
+// (< vocab) is then an int32.
+const maxShardVocab = 1 << 31
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Shard is a token stream loaded from one shard file.
@@ -158,7 +162,7 @@ func WriteDocShard(path string, tokens []int32, vocab int, starts []int64, mask 
 }
 
 func writeShard(path string, tokens []int32, vocab, docs int, starts []int64, bits []byte) error {
-	if vocab <= 0 || int64(vocab) > 1<<32 {
+	if vocab <= 0 || int64(vocab) > maxShardVocab {
 		return fmt.Errorf("write shard %s: vocabulary size %d out of range", path, vocab)
 	}
 	width := 4
@@ -247,6 +251,12 @@ func parseShard(path string, b []byte) (*Shard, error) {
 		return nil, bad("token width %d bytes is invalid (want 2 or 4)", width)
 	}
 	n := binary.LittleEndian.Uint64(b[16:])
+	vocab := binary.LittleEndian.Uint32(b[24:])
+	if vocab == 0 || vocab > maxShardVocab {
+		// Tokens are served as int32, negative ones marking ignored
+		// targets: a larger vocabulary would let a token turn negative.
+		return nil, bad("vocabulary size %d is out of range [1, %d]", vocab, maxShardVocab)
+	}
 	docs := binary.LittleEndian.Uint32(b[28:])
 	flags := uint32(0)
 	if version == shardVersion2 {
@@ -279,7 +289,7 @@ func parseShard(path string, b []byte) (*Shard, error) {
 			return nil, bad("checksum mismatch in the document index or loss mask: the file is corrupt")
 		}
 	}
-	s := &Shard{Path: path, Vocab: int(binary.LittleEndian.Uint32(b[24:])), Docs: int(docs)}
+	s := &Shard{Path: path, Vocab: int(vocab), Docs: int(docs)}
 	viewTokens(s, body, width)
 	if flags&flagDocIndex != 0 {
 		if docs == 0 {
@@ -299,8 +309,8 @@ func parseShard(path string, b []byte) (*Shard, error) {
 		s.mask = extra
 	}
 	for i := range s.Len() {
-		if int(s.At(i)) >= s.Vocab {
-			return nil, bad("token %d at position %d is outside the recorded vocabulary [0, %d)", s.At(i), i, s.Vocab)
+		if tok := uint32(s.At(i)); tok >= uint32(s.Vocab) { // unsigned: the stored bits
+			return nil, bad("token %d at position %d is outside the recorded vocabulary [0, %d)", tok, i, s.Vocab)
 		}
 	}
 	return s, nil

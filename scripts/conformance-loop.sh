@@ -88,7 +88,7 @@ for i in $(seq 1 "$n"); do
 	echo "run $i/$n seed $seed: FAIL (exit $rc, ${passed:-?} of ${total:-?} passed)"
 	{
 		echo "== run $i seed $seed exit $rc: $bin conformance $* --seed $seed"
-		grep -E 'FAIL|error|panic' "$out" || tail -n 20 "$out"
+		grep -E ' FAIL|panic|^parallax conformance:|^Error|^error' "$out" || tail -n 20 "$out"
 	} >>"$log"
 done
 echo "conformance-loop: $failed of $runs runs failed ($bad of $cases cases) in $(( $(date +%s) - start ))s; failures in $log"

@@ -218,3 +218,33 @@ func absAll(x []float64) []float64 {
 	}
 	return out
 }
+
+// adamwErr returns the rounding-error magnitudes of AdamW's new parameter
+// p' and first moment m' (ref.AdamW's pn, mn, vn) for a device that
+// computes the update in f32 (docs/ENGINE.md, "Conformance bounds"):
+// m' = b1 m + (1 - b1) g rounds both products and their sum, so
+//
+//	E_m = 2 (|b1 m| + |(1 - b1) g| + |m'|),
+//
+// large next to |m'| where the two terms nearly cancel; the step
+// s = lr m' / (bc1 (sqrt(v' / bc2) + eps)) inherits m”s error through its
+// factor f = s / m' and adds a few roundings of its own, and p' = x - s
+// with x = p (1 - lr wd):
+//
+//	E_p = 2 (|x| + |p'| + 4 |s| + f E_m / 2).
+//
+// The factor 2 covers a fused or an unfused multiply-add.
+func adamwErr(p, g, m, pn, mn, vn []float64, o engine.AdamWOpts) (ep, em []float64) {
+	b1, b2, lr := float64(o.Beta1), float64(o.Beta2), float64(o.LR)
+	bc1 := 1 - math.Pow(b1, float64(o.Step))
+	bc2 := 1 - math.Pow(b2, float64(o.Step))
+	ep, em = make([]float64, len(p)), make([]float64, len(p))
+	for i := range p {
+		em[i] = 2 * (math.Abs(b1*m[i]) + math.Abs((1-b1)*g[i]) + math.Abs(mn[i]))
+		f := lr / (bc1 * (math.Sqrt(vn[i]/bc2) + float64(o.Eps)))
+		x := p[i] - lr*float64(o.WeightDecay)*p[i]
+		s := f * mn[i]
+		ep[i] = 2*(math.Abs(x)+math.Abs(pn[i])+4*math.Abs(s)) + f*em[i]
+	}
+	return ep, em
+}

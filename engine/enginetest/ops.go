@@ -823,8 +823,9 @@ func optimizerCases(o Options, dt engine.DType) []Case {
 			c.do(dev.AdamW(p, g, m, v, adam))
 			wp, wm, wv := ref.AdamW(pv, gv, mv, vv, float64(adam.LR), float64(adam.Beta1), float64(adam.Beta2),
 				float64(adam.Eps), float64(adam.WeightDecay), adam.Step)
-			c.cmp("p", p, wp, Tol(dt, 4))
-			c.cmp("m", m, wm, Tol(engine.F32, 4))
+			ep, em := adamwErr(pv, gv, mv, wp, wm, wv, adam)
+			c.cmp("p", p, wp, errBoundTol(engine.F32, Tol(dt, 4), ep, wp))
+			c.cmp("m", m, wm, errBoundTol(engine.F32, Tol(engine.F32, 4), em, wm))
 			c.cmp("v", v, wv, Tol(engine.F32, 4))
 			if got := c.get(p); got != nil && dt == engine.F32 {
 				// The step itself, which is small next to p.

@@ -3,17 +3,21 @@ package engine
 // CheckRMSNormRoPE validates RMSNormRoPE (NormRoPE) and returns
 // (B, L, H, D): x is a floating [B, L, H, D] with D even, w a floating
 // [D], out a floating [B, H, L, D], rstd nil or F32 [B, L, H], pos I32 [L]
-// or [B, L].
-func CheckRMSNormRoPE(out, rstd, x, w, pos *Tensor) (b, l, h, d int, err error) {
+// or [B, L]. Valid operands are then passed to own (nil: no device).
+func CheckRMSNormRoPE(own Owner, out, rstd, x, w, pos *Tensor) (b, l, h, d int, err error) {
 	const op = "rmsnorm rope"
-	return checkNormRoPE(op, "out", out, rstd, x, w, pos)
+	if b, l, h, d, err = checkNormRoPE(op, "out", out, rstd, x, w, pos); err != nil {
+		return
+	}
+	err = own.check(op, out, rstd, x, w, pos)
+	return
 }
 
 // CheckRMSNormRoPEBackward validates RMSNormRoPEBackward and returns
 // (B, L, H, D): x, w and pos as for RMSNormRoPE, dOut a floating
 // [B, H, L, D], dX a floating [B, L, H, D], dW a floating [D] and rstd
-// (required) F32 [B, L, H].
-func CheckRMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos *Tensor) (b, l, h, d int, err error) {
+// (required) F32 [B, L, H]. Valid operands are then passed to own.
+func CheckRMSNormRoPEBackward(own Owner, dX, dW, dOut, x, w, rstd, pos *Tensor) (b, l, h, d int, err error) {
 	const op = "rmsnorm rope backward"
 	if rstd == nil {
 		return 0, 0, 0, 0, argErr(op, "rstd", "missing (the forward's saved F32 rstd)")
@@ -27,7 +31,10 @@ func CheckRMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos *Tensor) (b, l, h, d
 	if err = needShape(op, "dX", dX, x.shape); err != nil {
 		return
 	}
-	err = needShape(op, "dW", dW, w.shape)
+	if err = needShape(op, "dW", dW, w.shape); err != nil {
+		return
+	}
+	err = own.check(op, dX, dW, dOut, x, w, rstd, pos)
 	return
 }
 

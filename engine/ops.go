@@ -386,7 +386,7 @@ func RMSNormRoPE(dev Device, out, rstd, x, w, pos *Tensor, eps, theta float32) e
 	if nr, ok := dev.(NormRoPE); ok {
 		return nr.RMSNormRoPE(out, rstd, x, w, pos, eps, theta)
 	}
-	b, l, h, d, err := CheckRMSNormRoPE(out, rstd, x, w, pos)
+	b, l, h, d, err := CheckRMSNormRoPE(nil, out, rstd, x, w, pos)
 	if err != nil {
 		return err
 	}
@@ -414,7 +414,7 @@ func RMSNormRoPEBackward(dev Device, dX, dW, dOut, x, w, rstd, pos *Tensor, thet
 	if nr, ok := dev.(NormRoPE); ok {
 		return nr.RMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos, theta)
 	}
-	b, l, h, d, err := CheckRMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos)
+	b, l, h, d, err := CheckRMSNormRoPEBackward(nil, dX, dW, dOut, x, w, rstd, pos)
 	if err != nil {
 		return err
 	}

@@ -15,11 +15,8 @@ var _ engine.NormRoPE = (*Device)(nil)
 // tensors it equals their composition exactly; 16-bit outputs are rounded
 // once, not after the norm too.
 func (d *Device) RMSNormRoPE(out, rstd, x, w, pos *engine.Tensor, eps, theta float32) error {
-	b, l, h, dim, err := engine.CheckRMSNormRoPE(out, rstd, x, w, pos)
+	b, l, h, dim, err := engine.CheckRMSNormRoPE(d.own, out, rstd, x, w, pos)
 	if err != nil {
-		return err
-	}
-	if err := d.own("rmsnorm rope", out, rstd, x, w, pos); err != nil {
 		return err
 	}
 	rows := b * l * h
@@ -77,11 +74,8 @@ func (d *Device) RMSNormRoPE(out, rstd, x, w, pos *engine.Tensor, eps, theta flo
 // RMSNormBackward exactly (the same float64 row sums and in-order dW
 // partials) with f32 tensors.
 func (d *Device) RMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos *engine.Tensor, theta float32) error {
-	b, l, h, dim, err := engine.CheckRMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos)
+	b, l, h, dim, err := engine.CheckRMSNormRoPEBackward(d.own, dX, dW, dOut, x, w, rstd, pos)
 	if err != nil {
-		return err
-	}
-	if err := d.own("rmsnorm rope backward", dX, dW, dOut, x, w, rstd, pos); err != nil {
 		return err
 	}
 	rows := b * l * h

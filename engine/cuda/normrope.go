@@ -40,11 +40,8 @@ func normRoPEUnits(b, l, h, lpr, maxBlocks int) (hpu int, grid [3]int) {
 // RMSNormRoPE norms and rotates x [B, L, H, D] into out [B, H, L, D] in one
 // launch; see engine.NormRoPE.
 func (d *Device) RMSNormRoPE(out, rstd, x, w, pos *engine.Tensor, eps, theta float32) error {
-	b, l, h, dim, err := engine.CheckRMSNormRoPE(out, rstd, x, w, pos)
+	b, l, h, dim, err := engine.CheckRMSNormRoPE(d.own, out, rstd, x, w, pos)
 	if err != nil {
-		return err
-	}
-	if err := d.own("rmsnorm rope", out, rstd, x, w, pos); err != nil {
 		return err
 	}
 	rows := b * l * h
@@ -71,11 +68,8 @@ func (d *Device) RMSNormRoPE(out, rstd, x, w, pos *engine.Tensor, eps, theta flo
 // The grid is capped at a few blocks per multiprocessor, each summing its
 // dW partials over many rows before its one atomic a column.
 func (d *Device) RMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos *engine.Tensor, theta float32) error {
-	b, l, h, dim, err := engine.CheckRMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos)
+	b, l, h, dim, err := engine.CheckRMSNormRoPEBackward(d.own, dX, dW, dOut, x, w, rstd, pos)
 	if err != nil {
-		return err
-	}
-	if err := d.own("rmsnorm rope backward", dX, dW, dOut, x, w, rstd, pos); err != nil {
 		return err
 	}
 	rows := b * l * h

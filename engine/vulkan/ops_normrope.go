@@ -23,11 +23,8 @@ func normRoPELanes(half, wg int) int {
 // RMSNormRoPE norms each row of x [B, L, H, D] and rotates it into out
 // [B, H, L, D]; see engine.NormRoPE.
 func (d *Device) RMSNormRoPE(o, rstd, x, w, pos *engine.Tensor, eps, theta float32) error {
-	b, l, h, dim, err := engine.CheckRMSNormRoPE(o, rstd, x, w, pos)
+	b, l, h, dim, err := engine.CheckRMSNormRoPE(d.own, o, rstd, x, w, pos)
 	if err != nil {
-		return err
-	}
-	if err := d.own("rmsnorm rope", o, rstd, x, w, pos); err != nil {
 		return err
 	}
 	rows := b * l * h
@@ -49,11 +46,8 @@ func (d *Device) RMSNormRoPE(o, rstd, x, w, pos *engine.Tensor, eps, theta float
 
 // RMSNormRoPEBackward computes dX and accumulates dW; see engine.NormRoPE.
 func (d *Device) RMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos *engine.Tensor, theta float32) error {
-	b, l, h, dim, err := engine.CheckRMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos)
+	b, l, h, dim, err := engine.CheckRMSNormRoPEBackward(d.own, dX, dW, dOut, x, w, rstd, pos)
 	if err != nil {
-		return err
-	}
-	if err := d.own("rmsnorm rope backward", dX, dW, dOut, x, w, rstd, pos); err != nil {
 		return err
 	}
 	rows := b * l * h

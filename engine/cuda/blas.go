@@ -161,16 +161,22 @@ func (d *Device) gemm(dims engine.MatMulDims, o engine.MatMulOpts, pa, pb, po ui
 }
 
 // ltRun runs one cuBLASLt matmul with library operands A = pa, B = pb,
-// C = D = pc, picking (and caching) an algorithm for the shape.
-func (d *Device) ltRun(g *C.pxcu_gemm, pa, pb, pc uint64) error {
-	g.align_a, g.align_b, g.align_c = alignOf(pa), alignOf(pb), alignOf(pc)
+// C = D = pc, picking (and caching) an algorithm for the shape (pickAlgo).
+func (d *Device) ltRun(g *C.pxcu_gemm, pa, pb, pc uint64) error { return d.ltRunCD(g, pa, pb, pc, pc) }
+
+// ltRunCD is ltRun with the result D = pd apart from the addend C = pc.
+func (d *Device) ltRunCD(g *C.pxcu_gemm, pa, pb, pc, pd uint64) error {
+	g.align_a, g.align_b, g.align_c = alignOf(pa), alignOf(pb), min(alignOf(pc), alignOf(pd))
 	algo, ok := d.algos[*g]
 	if !ok {
-		var ws C.size_t
-		if r := C.pxcu_lt_algo(d.ctx, d.lt, g, C.size_t(ltWorkspace), unsafe.Pointer(&algo[0]), &ws); r != 0 {
-			return fmt.Errorf("cuda matmul: cuBLASLt has no algorithm for m %d n %d k %d batch %d (status %d)", g.m, g.n, g.k, g.batch, int(r))
+		a, keep, err := d.pickAlgo(g, pa, pb)
+		if err != nil {
+			return err
 		}
-		d.algos[*g] = algo
+		if keep {
+			d.algos[*g] = a
+		}
+		algo = a
 	}
 	prof := d.prof.on
 	if prof {
@@ -178,8 +184,8 @@ func (d *Device) ltRun(g *C.pxcu_gemm, pa, pb, pc uint64) error {
 			return fmt.Errorf("cuda matmul: %w", err)
 		}
 	}
-	r := C.pxcu_lt_matmul(d.ctx, d.lt, g, unsafe.Pointer(&algo[0]), C.CUdeviceptr(pa), C.CUdeviceptr(pb), C.CUdeviceptr(pc),
-		C.CUdeviceptr(d.ltWS.ptr), C.size_t(ltWorkspace), d.stream)
+	r := C.pxcu_lt_matmul_cd(d.ctx, d.lt, g, unsafe.Pointer(&algo[0]), C.CUdeviceptr(pa), C.CUdeviceptr(pb), C.CUdeviceptr(pc),
+		C.CUdeviceptr(pd), C.CUdeviceptr(d.ltWS.ptr), C.size_t(ltWorkspace), d.stream)
 	if r != 0 {
 		return fmt.Errorf("cuda matmul: cublasLtMatmul failed (status %d) for m %d n %d k %d batch %d", int(r), g.m, g.n, g.k, g.batch)
 	}

@@ -133,10 +133,11 @@ func (d *Device) MuonApplyMany(ps []*engine.Tensor, stack *engine.Tensor, lr, wd
 
 // NewtonSchulzIterate runs the iteration of engine.NewtonSchulzOps: per
 // step three cuBLASLt products over the whole batch, A = X X^T (X^T X when
-// tall), B = c A A + B after ns_gram's B = b A + a I (the product
-// accumulates into B through the matmul's beta), and X' = B X (X B) into
-// the other buffer; x and y swap roles each step, so no pass over X is
-// spent on a X.
+// tall), B = c A A + b A (A the product's addend C, B its result D) and
+// X' = B X + a X (X B + a X; X the addend) into the other buffer; x and y
+// swap roles each step. The linear terms ride in the products' epilogues,
+// so no pass of its own is spent on b A + a I, and a X is formed in f32
+// before the one rounding of X'.
 func (d *Device) NewtonSchulzIterate(x, y, a, b *engine.Tensor, steps int) error {
 	const op = "newton-schulz"
 	if x == nil || y == nil || a == nil || b == nil || x.Rank() < 2 {
@@ -166,26 +167,21 @@ func (d *Device) NewtonSchulzIterate(x, y, a, b *engine.Tensor, steps int) error
 		return nil
 	}
 	tall := rows > cols
-	n := int64(a.Numel())
 	for range steps {
 		var err error
 		if tall {
-			err = d.gemmScaled(a, x, x, engine.MatMulOpts{TransA: true}, 1, 0)
+			err = d.gemmScaled(a, x, x, nil, engine.MatMulOpts{TransA: true}, 1, 0)
 		} else {
-			err = d.gemmScaled(a, x, x, engine.MatMulOpts{TransB: true}, 1, 0)
+			err = d.gemmScaled(a, x, x, nil, engine.MatMulOpts{TransB: true}, 1, 0)
 		}
 		if err == nil {
-			err = d.launch(muonMod, "ns_gram", grid1(n), threads256, 0,
-				newArgs().p(ptr(b)).p(ptr(a)).i(dt(a)).l(int64(k)).l(n).f(engine.NSA).f(engine.NSB))
-		}
-		if err == nil {
-			err = d.gemmScaled(b, a, a, engine.MatMulOpts{}, engine.NSC, 1)
+			err = d.gemmScaled(b, a, a, a, engine.MatMulOpts{}, engine.NSC, engine.NSB)
 		}
 		if err == nil {
 			if tall {
-				err = d.gemmScaled(y, x, b, engine.MatMulOpts{}, 1, 0)
+				err = d.gemmScaled(y, x, b, x, engine.MatMulOpts{}, 1, engine.NSA)
 			} else {
-				err = d.gemmScaled(y, b, x, engine.MatMulOpts{}, 1, 0)
+				err = d.gemmScaled(y, b, x, x, engine.MatMulOpts{}, 1, engine.NSA)
 			}
 		}
 		if err != nil {
@@ -196,14 +192,20 @@ func (d *Device) NewtonSchulzIterate(x, y, a, b *engine.Tensor, steps int) error
 	return nil
 }
 
-// gemmScaled computes out = alpha op(a) op(b) + beta out for operands of
-// one dtype with the same batch (no shared b): MatMul's cuBLASLt call with
-// the epilogue's alpha and beta.
-func (d *Device) gemmScaled(out, a, b *engine.Tensor, o engine.MatMulOpts, alpha, beta float32) error {
+// gemmScaled computes out = alpha op(a) op(b) + beta c (c = out when nil)
+// for operands of one dtype with the same batch (no shared b): MatMul's
+// cuBLASLt call with the epilogue's alpha and beta.
+func (d *Device) gemmScaled(out, a, b, c *engine.Tensor, o engine.MatMulOpts, alpha, beta float32) error {
 	o.Accumulate = beta != 0
 	dims, err := engine.CheckMatMul(out, a, b, o)
 	if err != nil {
 		return err
+	}
+	if c == nil {
+		c = out
+	}
+	if !c.Shape().Equal(out.Shape()) || c.DType() != out.DType() {
+		return fmt.Errorf("cuda scaled matmul: addend %v is not shaped as the result %v", c, out)
 	}
 	// A rank-2 b is "shared" across a batch of one too: only a real batch
 	// needs b's own stride.
@@ -231,7 +233,7 @@ func (d *Device) gemmScaled(out, a, b *engine.Tensor, o engine.MatMulOpts, alpha
 		g.ldb = C.longlong(K)
 	}
 	g.stridea, g.strideb, g.stridec = C.longlong(K*N), C.longlong(M*K), C.longlong(M*N)
-	return d.ltRun(&g, ptr(b), ptr(a), ptr(out))
+	return d.ltRunCD(&g, ptr(b), ptr(a), ptr(c), ptr(out))
 }
 
 var (

@@ -173,10 +173,19 @@ func (d *Device) RMSNormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor) error 
 		return err2
 	}
 	gy := min((rows+63)/64, 1024)
+	dwKernel, gx := "rmsnorm_dw", (n+31)/32
+	if n%8 == 0 && ptr(dOut)%16 == 0 && ptr(x)%16 == 0 {
+		// 8 columns a lane: enough blocks for about eight per
+		// multiprocessor, each lane summing at least 8 rows.
+		dwKernel, gx = "rmsnorm_dw8", (n+255)/256
+		gy = max(1, min((rows+63)/64, (8*d.g.sms+gx-1)/gx))
+	}
+	dwArgs := func(acc uint64) *args {
+		return newArgs().p(acc).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(rstd)).l(int64(rows)).i(n)
+	}
 	if dW.DType() == engine.F32 {
 		// The blocks' column sums add straight into an f32 dW.
-		return d.launch(ew, "rmsnorm_dw", [3]int{(n + 31) / 32, gy, 1}, [3]int{32, 8, 1}, 0,
-			newArgs().p(ptr(dW)).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(rstd)).l(int64(rows)).i(n))
+		return d.launch(ew, dwKernel, [3]int{gx, gy, 1}, [3]int{32, 8, 1}, 0, dwArgs(ptr(dW)))
 	}
 	acc, err := d.scratch(int64(n) * 4)
 	if err != nil {
@@ -186,8 +195,7 @@ func (d *Device) RMSNormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor) error 
 	if err := d.zero(acc.ptr, int64(n)*4); err != nil {
 		return err
 	}
-	if err := d.launch(ew, "rmsnorm_dw", [3]int{(n + 31) / 32, gy, 1}, [3]int{32, 8, 1}, 0,
-		newArgs().p(acc.ptr).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(rstd)).l(int64(rows)).i(n)); err != nil {
+	if err := d.launch(ew, dwKernel, [3]int{gx, gy, 1}, [3]int{32, 8, 1}, 0, dwArgs(acc.ptr)); err != nil {
 		return err
 	}
 	return d.launch(ew, "add_f32", grid1(int64(n)), threads256, 0, newArgs().p(ptr(dW)).i(dt(dW)).p(acc.ptr).l(int64(n)))
@@ -445,7 +453,11 @@ func (d *Device) FrobeniusNormalize(out, x *engine.Tensor, eps float32) error {
 	}
 	defer d.alloc.put(acc)
 	n := int64(batch) * int64(per)
-	return d.launch(ew, "frob_scale", grid1(n), threads256, 0,
+	kern, g := "frob_scale", grid1(n)
+	if per%8 == 0 && ptr(out)%16 == 0 && ptr(x)%16 == 0 {
+		kern, g = "frob_scale8", grid1(n/8)
+	}
+	return d.launch(ew, kern, g, threads256, 0,
 		newArgs().p(ptr(out)).i(dt(out)).p(ptr(x)).i(dt(x)).p(acc.ptr).l(int64(per)).l(n).f(eps))
 }
 

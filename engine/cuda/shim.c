@@ -42,6 +42,26 @@ static CUresult (*p_cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
 static CUresult (*p_cuFuncSetAttribute)(CUfunction, int, int);
 static CUresult (*p_cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                     unsigned, unsigned, CUstream, void **, void **);
+// cuLaunchKernelEx (CUDA 12; optional: launches with attributes, used for
+// programmatic dependent launch) takes a CUlaunchConfig, declared here
+// with cuda.h's layout: CUlaunchAttribute is an int id, 4 bytes of padding
+// and a 64-byte value union; CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+// is 6, its value the int programmaticStreamSerializationAllowed.
+typedef struct {
+	int id;
+	char pad[4];
+	union {
+		char bytes[64];
+		int i;
+	} value;
+} pxcu_launch_attr;
+typedef struct {
+	unsigned gx, gy, gz, bx, by, bz, smem;
+	CUstream stream;
+	pxcu_launch_attr *attrs;
+	unsigned nattrs;
+} pxcu_launch_config;
+static CUresult (*p_cuLaunchKernelEx)(const pxcu_launch_config *, CUfunction, void **, void **);
 static CUresult (*p_cuEventCreate)(CUevent *, unsigned);
 static CUresult (*p_cuEventDestroy)(CUevent);
 static CUresult (*p_cuEventRecord)(CUevent, CUstream);
@@ -107,6 +127,8 @@ const char *pxcu_bind_cuda(void *lib) {
 	BIND(p_cuEventSynchronize, "cuEventSynchronize", 0, 0);
 	BIND(p_cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime", 0);
 	BIND(p_cuGetErrorString, "cuGetErrorString", 0, 0);
+	// optional (CUDA 12 drivers): launches are plain (no PDL) without it
+	*(void **)(&p_cuLaunchKernelEx) = sym(lib, "cuLaunchKernelEx", 0, 0);
 	// optional (CUDA 12 drivers): the TMA kernels are skipped without it
 	*(void **)(&p_cuTensorMapEncodeTiled) = sym(lib, "cuTensorMapEncodeTiled", 0, 0);
 	// optional (CUDA 11.4+ drivers): graphs are refused without them
@@ -217,6 +239,22 @@ CUresult pxcu_launch(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy, unsi
 	if (nargs > 64) return 1; // CUDA_ERROR_INVALID_VALUE
 	for (int i = 0; i < nargs; i++) params[i] = (char *)args + offsets[i];
 	return p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, params, 0);
+}
+int pxcu_has_launch_ex(void) { return p_cuLaunchKernelEx != 0; }
+CUresult pxcu_launch_pdl(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                         unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s,
+                         void *args, const int *offsets, int nargs) {
+	if (!p_cuLaunchKernelEx) return 500; // CUDA_ERROR_NOT_FOUND
+	CUR(ctx);
+	void *params[64];
+	if (nargs > 64) return 1; // CUDA_ERROR_INVALID_VALUE
+	for (int i = 0; i < nargs; i++) params[i] = (char *)args + offsets[i];
+	pxcu_launch_attr attr;
+	memset(&attr, 0, sizeof attr);
+	attr.id = 6; // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+	attr.value.i = 1;
+	pxcu_launch_config cfg = {gx, gy, gz, bx, by, bz, smem, s, &attr, 1};
+	return p_cuLaunchKernelEx(&cfg, f, params, 0);
 }
 CUresult pxcu_event_create(CUcontext ctx, CUevent *e) {
 	CUR(ctx);
@@ -440,6 +478,12 @@ static int lt_make(const pxcu_gemm *g, ltOp *o) {
 }
 
 int pxcu_lt_algo(CUcontext ctx, void *handle, const pxcu_gemm *g, size_t max_ws, void *algo, size_t *ws) {
+	int got = 0;
+	return pxcu_lt_algos(ctx, handle, g, max_ws, 1, algo, ws, &got);
+}
+
+int pxcu_lt_algos(CUcontext ctx, void *handle, const pxcu_gemm *g, size_t max_ws, int want, void *algos, size_t *ws,
+                  int *got) {
 	CUresult cr = p_cuCtxSetCurrent(ctx);
 	if (cr) return 1000 + cr;
 	ltOp o;
@@ -453,14 +497,20 @@ int pxcu_lt_algo(CUcontext ctx, void *handle, const pxcu_gemm *g, size_t max_ws,
 	if (!r) r = p_ltMatmulPreferenceSetAttribute(pref, PREF_MIN_ALIGNMENT_B_BYTES, &al[1], sizeof al[1]);
 	if (!r) r = p_ltMatmulPreferenceSetAttribute(pref, PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]);
 	if (!r) r = p_ltMatmulPreferenceSetAttribute(pref, PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]);
-	ltHeuristic h[1];
+	ltHeuristic h[PXCU_LT_MAX_ALGOS];
 	int n = 0;
-	if (!r) r = p_ltMatmulAlgoGetHeuristic(handle, o.desc, o.la, o.lb, o.lc, o.lc, pref, 1, h, &n);
+	if (want < 1) want = 1;
+	if (want > PXCU_LT_MAX_ALGOS) want = PXCU_LT_MAX_ALGOS;
+	if (!r) r = p_ltMatmulAlgoGetHeuristic(handle, o.desc, o.la, o.lb, o.lc, o.lc, pref, want, h, &n);
 	if (!r && n < 1) r = 15; // CUBLAS_STATUS_NOT_SUPPORTED
-	if (!r) {
-		memcpy(algo, &h[0].algo, sizeof(ltAlgo));
-		*ws = h[0].workspaceSize;
+	*got = 0;
+	for (int i = 0; !r && i < n; i++) {
+		if (h[i].state != 0) continue;
+		memcpy((char *)algos + (size_t)*got * sizeof(ltAlgo), &h[i].algo, sizeof(ltAlgo));
+		ws[*got] = h[i].workspaceSize;
+		(*got)++;
 	}
+	if (!r && *got < 1) r = 15;
 	if (pref) p_ltMatmulPreferenceDestroy(pref);
 	lt_free(&o);
 	return r;
@@ -468,13 +518,18 @@ int pxcu_lt_algo(CUcontext ctx, void *handle, const pxcu_gemm *g, size_t max_ws,
 
 int pxcu_lt_matmul(CUcontext ctx, void *handle, const pxcu_gemm *g, const void *algo,
                  CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr ws, size_t wssize, CUstream s) {
+	return pxcu_lt_matmul_cd(ctx, handle, g, algo, a, b, c, c, ws, wssize, s);
+}
+
+int pxcu_lt_matmul_cd(CUcontext ctx, void *handle, const pxcu_gemm *g, const void *algo, CUdeviceptr a,
+                      CUdeviceptr b, CUdeviceptr c, CUdeviceptr dst, CUdeviceptr ws, size_t wssize, CUstream s) {
 	CUresult cr = p_cuCtxSetCurrent(ctx);
 	if (cr) return 1000 + cr;
 	ltOp o;
 	int r = lt_make(g, &o);
 	if (!r)
 		r = p_ltMatmul(handle, o.desc, &g->alpha, (const void *)a, o.la, (const void *)b, o.lb, &g->beta,
-		               (const void *)c, o.lc, (void *)c, o.lc, algo, (void *)ws, wssize, s);
+		               (const void *)c, o.lc, (void *)dst, o.lc, algo, (void *)ws, wssize, s);
 	lt_free(&o);
 	return r;
 }

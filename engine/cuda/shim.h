@@ -69,6 +69,14 @@ CUresult pxcu_func_set_smem(CUcontext ctx, CUfunction f, int bytes);
 CUresult pxcu_launch(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                    unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s,
                    void *args, const int *offsets, int nargs);
+// Programmatic dependent launch (engine/cuda/pdl.go): pxcu_launch_pdl is
+// pxcu_launch through cuLaunchKernelEx with programmatic stream
+// serialization allowed; pxcu_has_launch_ex reports whether the driver has
+// cuLaunchKernelEx.
+int pxcu_has_launch_ex(void);
+CUresult pxcu_launch_pdl(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                         unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s,
+                         void *args, const int *offsets, int nargs);
 CUresult pxcu_event_create(CUcontext ctx, CUevent *e);
 CUresult pxcu_event_destroy(CUcontext ctx, CUevent e);
 CUresult pxcu_event_record(CUcontext ctx, CUevent e, CUstream s);
@@ -106,8 +114,18 @@ typedef struct {
 // pxcu_lt_algo picks an algorithm for g (64 opaque bytes into algo) and
 // returns the workspace it needs in *ws.
 int pxcu_lt_algo(CUcontext ctx, void *handle, const pxcu_gemm *g, size_t max_ws, void *algo, size_t *ws);
+// pxcu_lt_algos returns up to want (<= PXCU_LT_MAX_ALGOS) of the
+// heuristic's algorithms for g, best first: *got of them, 64 bytes each
+// into algos, their workspace sizes into ws.
+#define PXCU_LT_MAX_ALGOS 8
+int pxcu_lt_algos(CUcontext ctx, void *handle, const pxcu_gemm *g, size_t max_ws, int want, void *algos, size_t *ws,
+                  int *got);
 int pxcu_lt_matmul(CUcontext ctx, void *handle, const pxcu_gemm *g, const void *algo,
                  CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr ws, size_t wssize, CUstream s);
+// pxcu_lt_matmul_cd is pxcu_lt_matmul with D = dst apart from C (same
+// layout): D = alpha op(A) op(B) + beta C.
+int pxcu_lt_matmul_cd(CUcontext ctx, void *handle, const pxcu_gemm *g, const void *algo, CUdeviceptr a,
+                      CUdeviceptr b, CUdeviceptr c, CUdeviceptr dst, CUdeviceptr ws, size_t wssize, CUstream s);
 
 // For the package's other shims (nccl_shim.c): make ctx current on the
 // calling thread.

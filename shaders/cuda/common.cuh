@@ -157,6 +157,32 @@ __device__ __forceinline__ void raise_error(int *err, int code, int a, int b, in
 	}
 }
 
+// Programmatic dependent launch (sm_90; no-ops elsewhere). A kernel that
+// the host launches with programmatic stream serialization (PDL, see
+// engine/cuda/pdl.go) may start while the kernel before it in the stream
+// is still running: pdl_trigger lets the next kernel start, and pdl_wait
+// waits until every kernel before this one has finished and its writes
+// are visible. A PDL kernel calls pdl_wait before its first access to
+// memory another kernel may write; launched without PDL both return at
+// once. l2_prefetch (a hint: the L2 is coherent, so warming it before
+// pdl_wait cannot make a later load stale) asks for bytes (a multiple of
+// 16, p 16-byte aligned) to be brought into the L2.
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void l2_prefetch(const void *p, u32 bytes) {
+#if __CUDA_ARCH__ >= 900
+	asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
 	return v;
@@ -354,4 +380,33 @@ __device__ __forceinline__ float ld_cg(const float *p) {
 	float v;
 	asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
 	return v;
+}
+
+// RoPE's angles. The frequencies f_i = theta^(-2i/D) (i < D/2) are formed
+// in double once per block into shared memory by rope_freqs, which every
+// thread of the block calls before its loop: a double pow is hundreds of
+// FP64 instructions, and at the H200's FP64 rate eight of them per thread
+// made the 16-byte RoPE kernels compute-bound at 3-4x their memory time.
+// Above ROPE_FMAX pairs nothing is stored and rope_freq computes f_i itself.
+#define ROPE_FMAX 256
+__device__ __forceinline__ void rope_freqs(double *f, float theta, int D) {
+	int half = D >> 1;
+	if (half <= ROPE_FMAX)
+		for (int i = threadIdx.x; i < half; i += blockDim.x) f[i] = pow((double)theta, -2.0 * i / D);
+	__syncthreads();
+}
+
+__device__ __forceinline__ double rope_freq(const double *f, int i, float theta, int D) {
+	return (D >> 1) <= ROPE_FMAX ? f[i] : pow((double)theta, -2.0 * i / D);
+}
+
+// rope_sincos returns cos and sin of the angle p f: formed in double and
+// reduced modulo 2 pi there (two-constant Cody-Waite), then sincosf of the
+// reduced f32 angle, so any position keeps f32 accuracy at f32 cost.
+__device__ __forceinline__ void rope_sincos(double p, double f, float *c, float *s) {
+	double a = p * f;
+	double k = rint(a * 0.15915494309189535);
+	double r = fma(-k, 6.283185307179586, a);
+	r = fma(-k, 2.4492935982947064e-16, r);
+	sincosf((float)r, s, c);
 }

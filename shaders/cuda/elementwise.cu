@@ -431,6 +431,38 @@ extern "C" __global__ void rmsnorm_dw(float *acc, const void *dout, int dtdo, co
 	}
 }
 
+// rmsnorm_dw8 is rmsnorm_dw for N a multiple of 8 (16-byte aligned rows):
+// a lane owns 8 consecutive columns (two 16-byte loads a row, so a warp
+// reads 512 contiguous bytes of each tensor), blocks of 32 lanes x 8 row
+// lanes cover 256 columns, rows split over gridDim.y. The 2-byte loads of
+// rmsnorm_dw left it at half the bandwidth.
+extern "C" __global__ void rmsnorm_dw8(float *acc, const void *dout, int dtdo, const void *x, int dtx,
+                                       const float *rstd, i64 rows, int N) {
+	__shared__ float sh[8][257];
+	int c0 = (blockIdx.x * 32 + threadIdx.x) * 8;
+	float s[8];
+#pragma unroll
+	for (int k = 0; k < 8; k++) s[k] = 0;
+	if (c0 < N)
+		for (i64 r = (i64)blockIdx.y * 8 + threadIdx.y; r < rows; r += (i64)gridDim.y * 8) {
+			float g[8], xv[8], sc = rstd[r];
+			ld8f(dout, dtdo, r * N + c0, g);
+			ld8f(x, dtx, r * N + c0, xv);
+#pragma unroll
+			for (int k = 0; k < 8; k++) s[k] += g[k] * xv[k] * sc;
+		}
+#pragma unroll
+	for (int k = 0; k < 8; k++) sh[threadIdx.y][threadIdx.x * 8 + k] = s[k];
+	__syncthreads();
+	// 256 threads, one column each, fold the 8 row lanes.
+	int t = threadIdx.y * 32 + threadIdx.x, c = blockIdx.x * 256 + t;
+	if (c < N) {
+		float v = 0;
+		for (int y = 0; y < 8; y++) v += sh[y][t];
+		atomicAdd(&acc[c], v);
+	}
+}
+
 // add_f32: dst += acc.
 extern "C" __global__ void add_f32(void *dst, int dtd, const float *acc, i64 n) {
 	GRID_STRIDE(i, n) stf(dst, dtd, i, ldf(dst, dtd, i) + acc[i]);
@@ -438,20 +470,21 @@ extern "C" __global__ void add_f32(void *dst, int dtd, const float *acc, i64 n) 
 
 // rope rotates (x_i, x_{i+D/2}) of each row by pos[l] theta^(-2i/D) (the
 // inverse rotation for the backward). A thread owns one (l, i) and applies
-// its rotation, computed once in double, to the rows of ROPE_ROWS (b, h)
+// its rotation, formed once (rope_sincos), to the rows of ROPE_ROWS (b, h)
 // pairs (blockIdx.y), so the trigonometry costs 1/ROPE_ROWS of an element.
 // One thread per pair of elements, so out may alias x.
 #define ROPE_ROWS 16
 extern "C" __global__ void rope(void *out, int dto, const void *x, int dtx, const int *pos, int B, int H, int L, int D,
                                 float theta, int inverse) {
+	__shared__ double fr[ROPE_FMAX];
+	rope_freqs(fr, theta, D);
 	int half = D / 2;
 	i64 per = (i64)L * half, bhs = (i64)B * H;
 	for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < per; e += (i64)gridDim.x * blockDim.x) {
 		int l = (int)(e / half), i = (int)(e - (i64)l * half);
-		double ang = (double)pos[l] * pow((double)theta, -2.0 * i / D);
-		double sn, cs;
-		sincos(ang, &sn, &cs);
-		float c = (float)cs, s = (float)(inverse ? -sn : sn);
+		float c, s;
+		rope_sincos((double)pos[l], rope_freq(fr, i, theta, D), &c, &s);
+		if (inverse) s = -s;
 		for (i64 bh0 = (i64)blockIdx.y * ROPE_ROWS; bh0 < bhs; bh0 += (i64)gridDim.y * ROPE_ROWS) {
 			// Every row's pair is loaded before any is stored (the rows are
 			// disjoint, so this holds when out aliases x): 2 ROPE_ROWS
@@ -476,7 +509,7 @@ extern "C" __global__ void rope(void *out, int dto, const void *x, int dtx, cons
 
 // rope8 is rope for half = D/2 a multiple of 8 (16-byte aligned rows): a
 // thread owns 8 consecutive pairs (i..i+7, i+half..i+half+7) of one
-// position, 16-byte accesses and double angles, and turns ROPE8_ROWS (b, h)
+// position, 16-byte accesses and angles reduced in double, and turns ROPE8_ROWS (b, h)
 // rows at a time (blockIdx.y picks the first): all of their loads are
 // issued before any store, so each thread has 2 ROPE8_ROWS 16-byte loads in
 // flight (one row at a time left the kernel waiting on memory at a third of
@@ -484,6 +517,8 @@ extern "C" __global__ void rope(void *out, int dto, const void *x, int dtx, cons
 #define ROPE8_ROWS 4
 extern "C" __global__ void rope8(void *out, int dto, const void *x, int dtx, const int *pos, int B, int H, int L, int D,
                                  float theta, int inverse) {
+	__shared__ double fr[ROPE_FMAX];
+	rope_freqs(fr, theta, D);
 	int half = D / 2, groups = half / 8;
 	i64 per = (i64)L * groups, bhs = (i64)B * H;
 	for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < per; e += (i64)gridDim.x * blockDim.x) {
@@ -491,10 +526,8 @@ extern "C" __global__ void rope8(void *out, int dto, const void *x, int dtx, con
 		float c[8], s[8];
 #pragma unroll
 		for (int k = 0; k < 8; k++) {
-			double ang = (double)pos[l] * pow((double)theta, -2.0 * (i0 + k) / D);
-			double sn, cs;
-			sincos(ang, &sn, &cs);
-			c[k] = (float)cs, s[k] = (float)(inverse ? -sn : sn);
+			rope_sincos((double)pos[l], rope_freq(fr, i0 + k, theta, D), &c[k], &s[k]);
+			if (inverse) s[k] = -s[k];
 		}
 		for (i64 bh0 = (i64)blockIdx.y * ROPE8_ROWS; bh0 < bhs; bh0 += (i64)gridDim.y * ROPE8_ROWS) {
 			float a[ROPE8_ROWS][8], b[ROPE8_ROWS][8];
@@ -665,6 +698,24 @@ extern "C" __global__ void frob_scale(void *out, int dto, const void *x, int dtx
 	GRID_STRIDE(i, n) {
 		double inv = 1.0 / (sqrt(ss[i / per]) + (double)eps);
 		stf(out, dto, i, (float)((double)ldf(x, dtx, i) * inv));
+	}
+}
+
+// frob_scale8 is frob_scale for per a multiple of 8 (16-byte aligned
+// operands): 8 elements a thread, so the matrix index (a 64-bit division)
+// and the double square root and reciprocal are formed once per 8 rather
+// than per element, which at the FP64 rate of some GPUs was most of the
+// kernel's time. The arithmetic per element is frob_scale's, bit for bit.
+extern "C" __global__ void frob_scale8(void *out, int dto, const void *x, int dtx, const double *ss, i64 per, i64 n,
+                                       float eps) {
+	GRID_STRIDE(e, n / 8) {
+		i64 i = 8 * e;
+		double inv = 1.0 / (sqrt(ss[i / per]) + (double)eps);
+		float v[8];
+		ld8f(x, dtx, i, v);
+#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] = (float)((double)v[k] * inv);
+		st8f(out, dto, i, v);
 	}
 }
 

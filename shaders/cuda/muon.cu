@@ -1,10 +1,9 @@
 // Muon's optimizer kernels over stacks of same-shape matrices: the momentum
 // of every matrix of a Newton-Schulz batch written straight into its slot
 // of the stack, the orthogonalised update of every slot applied to its
-// parameter (one launch each for the whole batch), and the Gram-matrix
-// pass of a Newton-Schulz step. The formulas and their double arithmetic
-// are those of muon_momentum and muon_apply (elementwise.cu), so a matrix
-// updates bit for bit alike through either.
+// parameter (one launch each for the whole batch). The formulas and their
+// double arithmetic are those of muon_momentum and muon_apply
+// (elementwise.cu), so a matrix updates bit for bit alike through either.
 #include "common.cuh"
 
 // The tables are the multi-tensor ones of multi.cuh (MT_LOOP, mt_entry).
@@ -33,16 +32,4 @@ extern "C" __global__ void muon_mt_apply(const mt_entry *tab, int T, float lr0, 
 		double pi = ldf((const void *)e.p[0], e.dt[0], i), oi = ldf((const void *)e.p[1], e.dt[1], i);
 		stf((void *)e.p[0], e.dt[0], i, (float)(pi * (1.0 - (double)lr * wd) - (double)lr * scale * oi));
 	});
-}
-
-// ns_gram writes b = beta a + alpha I for every [k, k] matrix of a (n
-// elements in all, dtype dt), the Gram-matrix pass of a Newton-Schulz step
-// before the cA^2 product accumulates into b.
-extern "C" __global__ void ns_gram(void *b, const void *a, int dt, i64 k, i64 n, float alpha, float beta) {
-	for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-		i64 rc = i % (k * k);
-		float v = beta * ldf(a, dt, i);
-		if (rc / k == rc % k) v += alpha;
-		stf(b, dt, i, v);
-	}
 }

@@ -18,18 +18,8 @@
 // position at f32 cost.
 #include "common.cuh"
 
-#define NR_TWO_PI_HI 6.283185307179586
-#define NR_TWO_PI_LO 2.4492935982947064e-16
-#define NR_INV_TWO_PI 0.15915494309189535
-
 // nr_sincos returns cos and sin of p f (f the pair's frequency in double).
-__device__ __forceinline__ void nr_sincos(int p, double f, float *c, float *s) {
-	double a = (double)p * f;
-	double k = rint(a * NR_INV_TWO_PI);
-	double r = fma(-k, NR_TWO_PI_HI, a);
-	r = fma(-k, NR_TWO_PI_LO, r);
-	sincosf((float)r, s, c);
-}
+__device__ __forceinline__ void nr_sincos(int p, double f, float *c, float *s) { rope_sincos((double)p, f, c, s); }
 
 // nr_group_sum sums v over the lpr lanes of a row group (lpr a power of
 // two dividing 32; every lane of the warp calls it).
@@ -64,10 +54,12 @@ extern "C" __global__ void normrope8(void *out, int dto, float *rstd, const void
 	int chunks = (H + hpu - 1) / hpu;
 	i64 units = (i64)B * L * chunks;
 	i64 warp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), nwarps = (i64)gridDim.x * (blockDim.x >> 5);
+	__shared__ double fr[ROPE_FMAX];
+	rope_freqs(fr, theta, D);
 	double f[8];
 	float w1[8], w2[8];
 #pragma unroll
-	for (int k = 0; k < 8; k++) f[k] = pow((double)theta, -2.0 * (i0 + k) / D);
+	for (int k = 0; k < 8; k++) f[k] = fr[i0 + k];
 	ld8f(w, dtw, i0, w1);
 	ld8f(w, dtw, i0 + half, w2);
 	for (i64 u0 = warp * gpw; u0 < units; u0 += nwarps * gpw) {
@@ -124,10 +116,12 @@ extern "C" __global__ void normrope_bwd8(void *dx, int dtdx, float *acc, const v
 	i64 units = (i64)B * L * chunks;
 	i64 warp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), nwarps = (i64)gridDim.x * (blockDim.x >> 5);
 	for (int i = threadIdx.x; i < D; i += blockDim.x) sh[i] = 0;
+	__shared__ double fr[ROPE_FMAX];
+	rope_freqs(fr, theta, D);
 	double f[8];
 	float w1[8], w2[8], dw1[8], dw2[8];
 #pragma unroll
-	for (int k = 0; k < 8; k++) f[k] = pow((double)theta, -2.0 * (i0 + k) / D), dw1[k] = 0, dw2[k] = 0;
+	for (int k = 0; k < 8; k++) f[k] = fr[i0 + k], dw1[k] = 0, dw2[k] = 0;
 	ld8f(w, dtw, i0, w1);
 	ld8f(w, dtw, i0 + half, w2);
 	for (i64 u0 = warp * gpw; u0 < units; u0 += nwarps * gpw) {
@@ -189,6 +183,8 @@ extern "C" __global__ void normrope_bwd8(void *dx, int dtdx, float *acc, const v
 // (the second time from cache) and the angles computed per element.
 extern "C" __global__ void normrope(void *out, int dto, float *rstd, const void *x, int dtx, const void *w, int dtw,
                                     const int *pos, int B, int L, int H, int D, int per_seq, float eps, float theta) {
+	__shared__ double fr[ROPE_FMAX];
+	rope_freqs(fr, theta, D);
 	int lane = threadIdx.x & 31, half = D >> 1;
 	i64 rows = (i64)B * L * H;
 	i64 step = (i64)gridDim.x * (blockDim.x >> 5);
@@ -207,7 +203,7 @@ extern "C" __global__ void normrope(void *out, int dto, float *rstd, const void 
 		i64 orow = ((i64)b * H + h) * L + l;
 		for (int i = lane; i < half; i += 32) {
 			float c, s;
-			nr_sincos(p, pow((double)theta, -2.0 * i / D), &c, &s);
+			nr_sincos(p, rope_freq(fr, i, theta, D), &c, &s);
 			float y1 = ldf(x, dtx, row * D + i) * sc * ldf(w, dtw, i);
 			float y2 = ldf(x, dtx, row * D + i + half) * sc * ldf(w, dtw, i + half);
 			stf(out, dto, orow * D + i, y1 * c - y2 * s);
@@ -220,9 +216,10 @@ extern "C" __global__ void normrope_bwd(void *dx, int dtdx, float *acc, const vo
                                         int dtx, const void *w, int dtw, const float *rstd, const int *pos, int B,
                                         int L, int H, int D, int per_seq, float theta) {
 	extern __shared__ float sh[];
+	__shared__ double fr[ROPE_FMAX];
 	int lane = threadIdx.x & 31, half = D >> 1;
 	for (int i = threadIdx.x; i < D; i += blockDim.x) sh[i] = 0;
-	__syncthreads();
+	rope_freqs(fr, theta, D); // its barrier also orders the zeroing
 	i64 rows = (i64)B * L * H;
 	i64 step = (i64)gridDim.x * (blockDim.x >> 5);
 	for (i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < rows; row += step) {
@@ -234,7 +231,7 @@ extern "C" __global__ void normrope_bwd(void *dx, int dtdx, float *acc, const vo
 		float sc = rstd[row], dot = 0;
 		for (int i = lane; i < half; i += 32) {
 			float c, s;
-			nr_sincos(p, pow((double)theta, -2.0 * i / D), &c, &s);
+			nr_sincos(p, rope_freq(fr, i, theta, D), &c, &s);
 			float d1 = ldf(dout, dtdo, orow * D + i), d2 = ldf(dout, dtdo, orow * D + i + half);
 			float g1 = d1 * c + d2 * s, g2 = d2 * c - d1 * s;
 			dot += g1 * ldf(w, dtw, i) * ldf(x, dtx, row * D + i) + g2 * ldf(w, dtw, i + half) * ldf(x, dtx, row * D + i + half);
@@ -242,7 +239,7 @@ extern "C" __global__ void normrope_bwd(void *dx, int dtdx, float *acc, const vo
 		float kk = warp_sum(dot) * sc * sc / (float)D;
 		for (int i = lane; i < half; i += 32) {
 			float c, s;
-			nr_sincos(p, pow((double)theta, -2.0 * i / D), &c, &s);
+			nr_sincos(p, rope_freq(fr, i, theta, D), &c, &s);
 			float d1 = ldf(dout, dtdo, orow * D + i), d2 = ldf(dout, dtdo, orow * D + i + half);
 			float g1 = d1 * c + d2 * s, g2 = d2 * c - d1 * s;
 			float a = ldf(x, dtx, row * D + i), bb = ldf(x, dtx, row * D + i + half);

@@ -5,9 +5,11 @@
 // rope_seq rotates (x_i, x_{i+D/2}) of row (b, h, l) of x [B, H, L, D] by
 // pos[b, l] theta^(-2i/D) (pos I32 [B, L]; the inverse rotation for the
 // backward). One thread per (row, pair), so out may alias x; the angle is
-// computed in double like the shared-position kernels of elementwise.cu.
+// formed and reduced in double (rope_sincos in common.cuh).
 extern "C" __global__ void rope_seq(void *out, int dto, const void *x, int dtx, const int *pos, int B, int H, int L,
                                     int D, float theta, int inverse) {
+	__shared__ double fr[ROPE_FMAX];
+	rope_freqs(fr, theta, D);
 	int half = D / 2;
 	i64 n = (i64)B * H * L * half;
 	for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.x * blockDim.x) {
@@ -15,10 +17,9 @@ extern "C" __global__ void rope_seq(void *out, int dto, const void *x, int dtx, 
 		int i = (int)(e - row * half);
 		int l = (int)(row % L);
 		i64 b = row / ((i64)H * L);
-		double ang = (double)pos[b * L + l] * pow((double)theta, -2.0 * i / D);
-		double sn, cs;
-		sincos(ang, &sn, &cs);
-		float c = (float)cs, s = (float)(inverse ? -sn : sn);
+		float c, s;
+		rope_sincos((double)pos[b * L + l], rope_freq(fr, i, theta, D), &c, &s);
+		if (inverse) s = -s;
 		i64 base = row * D;
 		float a = ldf(x, dtx, base + i), bb = ldf(x, dtx, base + i + half);
 		stf(out, dto, base + i, a * c - bb * s);

@@ -332,10 +332,37 @@ func CheckCast(own Owner, dst, src *Tensor) (int, error) {
 	if dst == nil || src == nil {
 		return 0, argErr(op, "", "dst and src are required")
 	}
+	if err := noInt8(op, []string{"dst", "src"}, dst, src); err != nil {
+		return 0, err
+	}
 	if dst.Numel() != src.Numel() {
 		return 0, argErr(op, "dst", "has %d elements (%v), src %v has %d", dst.Numel(), dst, src, src.Numel())
 	}
 	return src.Numel(), own.check(op, dst, src)
+}
+
+// noInt8 rejects I8 operands of the ops that copy raw elements: int8
+// tensors are quantized weights, which only LinearInt8 and EmbeddingInt8
+// read.
+func noInt8(op string, names []string, ts ...*Tensor) error {
+	for i, t := range ts {
+		if t != nil && t.dtype == I8 {
+			return argErr(op, names[i], "%v is an int8 (quantized weight) tensor; only linear int8 and embedding int8 read those", t)
+		}
+	}
+	return nil
+}
+
+// CheckFill validates Fill: t present, not int8, on the device.
+func CheckFill(own Owner, t *Tensor) error {
+	const op = "fill"
+	if t == nil {
+		return argErr(op, "t", "missing")
+	}
+	if err := noInt8(op, []string{"t"}, t); err != nil {
+		return err
+	}
+	return own.check(op, t)
 }
 
 // CheckSwapAxes12 validates SwapAxes12 and returns src's four dimensions.
@@ -349,6 +376,9 @@ func CheckSwapAxes12(own Owner, dst, src *Tensor) ([4]int, error) {
 		return d, err
 	}
 	copy(d[:], src.shape)
+	if err := noInt8(op, []string{"dst", "src"}, dst, src); err != nil {
+		return d, err
+	}
 	if dst.dtype != src.dtype {
 		return d, argErr(op, "dst", "dtype %v differs from src %v", dst, src)
 	}

@@ -125,6 +125,15 @@ type Timer interface {
 	Timed(fn func() error) (time.Duration, error)
 }
 
+// CacheFlusher is implemented by devices that can evict their caches on
+// demand (CUDA: a write over a scratch several times the L2), so that a
+// benchmark times an op reading from memory, as it does in a model where
+// other layers' data passes through the cache between its calls.
+type CacheFlusher interface {
+	// FlushCaches enqueues the flush; it does not wait for it.
+	FlushCaches() error
+}
+
 // Collectives is implemented by devices that run collectives between
 // processes themselves (CUDA through NCCL), on their own queue and
 // without a copy to the host. train/dist uses it when every rank's device

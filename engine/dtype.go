@@ -16,6 +16,10 @@ const (
 	BF16                  // bfloat16: the top 16 bits of a binary32
 	F16                   // IEEE-754 binary16
 	I32                   // two's-complement int32 (token ids, positions, lengths)
+	// I8 is two's-complement int8: the storage of weight-only int8
+	// quantized weights (engine.Int8Weight), read only by LinearInt8 and
+	// EmbeddingInt8; every other op rejects it.
+	I8
 )
 
 // Size is the number of bytes one element occupies.
@@ -25,6 +29,8 @@ func (d DType) Size() int {
 		return 4
 	case BF16, F16:
 		return 2
+	case I8:
+		return 1
 	}
 	return 0
 }
@@ -43,12 +49,14 @@ func (d DType) String() string {
 		return "f16"
 	case I32:
 		return "i32"
+	case I8:
+		return "i8"
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
 
 // ParseDType parses a dtype name as printed by String (also "float32",
-// "bfloat16", "float16", "int32").
+// "bfloat16", "float16", "int32", "int8").
 func ParseDType(s string) (DType, error) {
 	switch s {
 	case "f32", "float32", "F32":
@@ -59,8 +67,10 @@ func ParseDType(s string) (DType, error) {
 		return F16, nil
 	case "i32", "int32", "I32":
 		return I32, nil
+	case "i8", "int8", "I8":
+		return I8, nil
 	}
-	return 0, fmt.Errorf("unknown dtype %q (want f32, bf16, f16 or i32)", s)
+	return 0, fmt.Errorf("unknown dtype %q (want f32, bf16, f16, i32 or i8)", s)
 }
 
 // BF16FromFloat32 rounds f to the nearest bfloat16 (ties to even), keeping

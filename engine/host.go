@@ -7,7 +7,8 @@ import (
 )
 
 // EncodeFloat32 converts values to dtype's little-endian bytes, rounding to
-// nearest even; I32 truncates toward zero.
+// nearest even; I32 truncates toward zero; I8 rounds to the nearest integer
+// (ties away from zero) and saturates at [-128, 127] (NaN: 0).
 func EncodeFloat32(dtype DType, vals []float32) []byte {
 	out := make([]byte, len(vals)*dtype.Size())
 	for i, f := range vals {
@@ -20,6 +21,8 @@ func EncodeFloat32(dtype DType, vals []float32) []byte {
 			binary.LittleEndian.PutUint16(out[2*i:], F16FromFloat32(f))
 		case I32:
 			binary.LittleEndian.PutUint32(out[4*i:], uint32(int32(f)))
+		case I8:
+			out[i] = byte(saturateInt8(f))
 		}
 	}
 	return out
@@ -39,9 +42,25 @@ func DecodeFloat32(dtype DType, b []byte) []float32 {
 			out[i] = F16ToFloat32(binary.LittleEndian.Uint16(b[2*i:]))
 		case I32:
 			out[i] = float32(int32(binary.LittleEndian.Uint32(b[4*i:])))
+		case I8:
+			out[i] = float32(int8(b[i]))
 		}
 	}
 	return out
+}
+
+// saturateInt8 rounds f to the nearest integer (ties away from zero),
+// clamped to the int8 range; NaN gives 0.
+func saturateInt8(f float32) int8 {
+	switch {
+	case f != f:
+		return 0
+	case f >= 127:
+		return 127
+	case f <= -128:
+		return -128
+	}
+	return int8(math.Round(float64(f)))
 }
 
 // FromFloat32 allocates a tensor of the given dtype and shape on dev and

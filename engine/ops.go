@@ -21,6 +21,19 @@ type Ops interface {
 	// every batch entry. out is [..., M, N] with a's batch dimensions. Inputs
 	// may be any floating dtype (mixed), products accumulate in f32 or better.
 	MatMul(out, a, b *Tensor, o MatMulOpts) error
+	// LinearInt8 computes out = x W^T (+ out if accumulate) for a
+	// weight-only int8 weight w (Int8Weight: W[n, k] = Q[n, k] s[n, k/G],
+	// docs/ENGINE.md, "Weight-only int8"): x [..., K] of any floating
+	// dtype, out [..., N] of x's dtype or f32. W is dequantized on the fly
+	// and the products accumulate in f32; a backend may round W to x's
+	// dtype first (a tensor-core product over a dequantized copy).
+	LinearInt8(out, x *Tensor, w Int8Weight, accumulate bool) error
+	// EmbeddingInt8 gathers rows of the dequantized int8 weight w [N, K]:
+	// out[i, :] = W[ids[i], :], ids I32 of any shape S, out [S..., K] of a
+	// floating dtype (each element q s rounded once to it). With ids nil it
+	// dequantizes the whole matrix into out [N, K]. An id outside [0, N)
+	// is an error reported at Sync.
+	EmbeddingInt8(out *Tensor, w Int8Weight, ids *Tensor) error
 
 	// Embedding gathers rows: out[n, :] = table[ids[n], :]. ids is I32 of any
 	// shape S, table [V, d], out [S..., d]. An id outside [0, V) is an error

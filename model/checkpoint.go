@@ -26,6 +26,9 @@ const (
 // file is written to a temporary file and renamed, so an interrupted save
 // never leaves a partial file.
 func (m *Model) Save(dir string) error {
+	if m.quant.Enabled() {
+		return fmt.Errorf("save model: %w", ErrQuantized)
+	}
 	if m.dropped {
 		return fmt.Errorf("save model: %w", ErrInferenceOnly)
 	}
@@ -65,12 +68,22 @@ type LoadOptions struct {
 	// Evaluate, Logits) but not train or Save (ErrInferenceOnly); see
 	// InferenceOnly. It changes nothing with an f32 compute dtype.
 	Inference bool
+	// Quantize holds the product weights and the embedding as weight-only
+	// int8 (model/quant.go) when its Method is QuantInt8: a float folder's
+	// are quantized on load (on the host, groups of Quantize.Group, 0 for
+	// the default 128); a folder already quantized loads as it is (a Group
+	// other than 0 must then be the folder's). The zero value loads the
+	// weights as stored: int8 from a quantized folder. An int8 model needs
+	// Inference.
+	Quantize Quantization
 }
 
 // Load reads a model directory: ours (config.json + model.safetensors) or a
 // Hugging Face Qwen3 one (config.json with model.safetensors, or shards
 // named by model.safetensors.index.json). Tensors of any floating dtype are
-// converted to f32. A checkpoint without our "attention" key is a softmax
+// converted to f32; a folder `parallax quantize` wrote (config.json's
+// "quantization") loads its int8 weights as they are, for inference
+// (LoadOptions.Quantize). A checkpoint without our "attention" key is a softmax
 // model, unless it holds r_proj tensors. Without lm_head.weight the
 // embedding is the head (tie_word_embeddings); a tied config whose file
 // still carries a head different from the embedding is loaded untied, so
@@ -110,21 +123,38 @@ func load(dir string, dev engine.Device, o LoadOptions) (*Model, error) {
 			cfg.TiedEmbeddings = false
 		}
 	}
+	stored := cfg.Quant
+	quant, err := resolveQuant(stored, o)
+	if err != nil {
+		return nil, err
+	}
 	// Every tensor's shape against the files, then the memory, before
 	// anything is allocated: an absurd config must fail here, not by
 	// exhausting the device.
 	if err := checkWeights(ws, cfg, convert); err != nil {
 		return nil, err
 	}
-	if err := CheckMemory(dev, EstimateMemory(cfg, o.DType)); err != nil {
+	if stored.Enabled() {
+		if err := checkInt8Weights(ws, cfg, stored); err != nil {
+			return nil, err
+		}
+	}
+	if err := CheckMemory(dev, EstimateMemoryQuant(cfg, o.DType, quant)); err != nil {
 		return nil, err
 	}
-	m, err := newEmpty(dev, cfg, o.DType)
+	cfg.Quant = quant
+	m, err := newModel(dev, cfg, o.DType, quant)
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range m.params {
-		if err := m.loadParam(ws, p, convert); err != nil {
+	specs := ParamSpecs(cfg)
+	for i, p := range m.params {
+		if p.W == nil {
+			err = m.loadInt8Param(ws, p, specs[i], stored, convert)
+		} else {
+			err = m.loadParam(ws, p, convert)
+		}
+		if err != nil {
 			m.Free()
 			return nil, err
 		}
@@ -134,6 +164,7 @@ func load(dir string, dev engine.Device, o LoadOptions) (*Model, error) {
 			m.Free()
 			return nil, err
 		}
+		m.dropped = m.dropped || quant.Enabled() // an int8 model has no masters to refresh from
 	}
 	return m, nil
 }

@@ -48,6 +48,10 @@ type Config struct {
 	// Generation stops at any EOS id unless told otherwise.
 	BOS []int
 	EOS []int
+	// Quant says how the folder's weights are stored: the zero value is
+	// float weights; Method "int8" is `parallax quantize`'s weight-only
+	// int8 (config.json's "quantization" entry, model/quant.go).
+	Quant Quantization
 }
 
 // presets are the named configurations of docs/MATH.md section 9. Vocabularies marked
@@ -182,6 +186,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("model config: special token id %d is negative", id)
 		}
 	}
+	if err := c.Quant.Validate(); err != nil {
+		return fmt.Errorf("model config: %w", err)
+	}
 	return nil
 }
 
@@ -212,6 +219,7 @@ type hfConfig struct {
 	Attention             string          `json:"attention,omitempty"`
 	RInit                 string          `json:"r_init,omitempty"`
 	ProbeGate             bool            `json:"probe_gate,omitempty"`
+	Quantization          *quantJSON      `json:"quantization,omitempty"`
 }
 
 // ropeParameters is the newer transformers form of the RoPE settings.
@@ -248,6 +256,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		Attention:             c.Attention,
 		RInit:                 c.RInit,
 		ProbeGate:             c.ProbeGate,
+		Quantization:          c.Quant.json(),
 	}
 	return json.Marshal(h)
 }
@@ -365,6 +374,9 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	}
 	out.ProbeGate = h.ProbeGate
 	var err error
+	if out.Quant, err = h.Quantization.parse(); err != nil {
+		return err
+	}
 	if out.BOS, err = parseTokenIDs("bos_token_id", h.BOSTokenID); err != nil {
 		return err
 	}

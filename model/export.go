@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/parallax-engine/parallax/engine"
 	"github.com/parallax-engine/parallax/internal/atomicfile"
 	"github.com/parallax-engine/parallax/model/safetensors"
 )
@@ -32,7 +33,8 @@ type ExportOptions struct {
 // model.safetensors with every parameter in o.DType under its Qwen3 name,
 // and the tokenizer files. A softmax model's config is a plain Qwen3 one
 // that transformers loads; a Parallax model keeps our "attention" and
-// "r_init" keys and its r_proj and r_norm tensors. The folder is written
+// "r_init" keys and its r_proj and r_norm tensors. A quantized folder
+// (parallax quantize) is exported dequantized (q s). The folder is written
 // beside out and renamed into place, so a failure leaves no partial
 // export.
 func Export(in, out string, o ExportOptions) error {
@@ -79,14 +81,20 @@ func export(in, out string, o ExportOptions) error {
 	if err := checkWeights(ws, cfg, false); err != nil {
 		return err
 	}
+	if cfg.Quant.Enabled() {
+		if err := checkInt8Weights(ws, cfg, cfg.Quant); err != nil {
+			return err
+		}
+	}
 	var tensors []safetensors.Tensor
 	for _, s := range ParamSpecs(cfg) {
-		vals, err := ws.where[s.Name].file.Float32(s.Name)
+		vals, err := readFloat(ws, s, cfg.Quant)
 		if err != nil {
 			return err
 		}
 		tensors = append(tensors, enc(s.Name, s.Shape, vals))
 	}
+	cfg.Quant = Quantization{} // the export holds float weights
 	cj, err := exportConfig(cfg, torchDType)
 	if err != nil {
 		return err
@@ -135,6 +143,21 @@ func export(in, out string, o ExportOptions) error {
 	}
 	done = true
 	return nil
+}
+
+// readFloat reads parameter s's tensor as f32: dequantized (q s) when the
+// folder stores it as int8 (q enabled and s an int8 kind).
+func readFloat(ws *weightSet, s ParamSpec, q Quantization) ([]float32, error) {
+	if !q.Enabled() || !int8Kind(s.Kind) {
+		return ws.where[s.Name].file.Float32(s.Name)
+	}
+	n, k := s.Shape[0], s.Shape[1]
+	g := q.groupFor(k)
+	qv, sv, err := readInt8(ws, s.Name, n, k, g)
+	if err != nil {
+		return nil, err
+	}
+	return engine.DequantizeInt8(qv, sv, n, k, g)
 }
 
 // exportConfig is cfg's config.json with torch_dtype set; a softmax

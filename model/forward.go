@@ -154,7 +154,7 @@ func (m *Model) upload(a *Activations, tokens, targets []int32, start int) error
 // last position goes through the head, into a.lastLogits [B, V].
 func (m *Model) forward(a *Activations, cache *KVCache, last bool) error {
 	c := m.Config
-	r := &rec{dev: m.Dev, views: a.views}
+	r := &rec{dev: m.Dev, views: a.views, int8: m.int8}
 	m.refreshCompute(r)
 	r.embedding(a.res[0], m.Embed.compute(), a.ids)
 	for l := range c.Layers {
@@ -232,7 +232,10 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 	if cache != nil && cache.seqPos != nil {
 		pos = cache.seqPos // a ragged step (BatchCache): sequence b at starts[b]
 	}
-	r.rmsnorm(la.ln1, la.ln1Rstd, x, blk.InputNorm.W, eps)
+	prefill := cache == nil || (a.posStart == 0 && cache.seqPos == nil)
+	// A decode step runs the fused decode ops (ops.go, decodeFusion): the
+	// norms inside the products' kernels, one op for the attention inputs.
+	fused := decodeFusion && !prefill
 	// The projections of h in one call: one launch where the device has a
 	// kernel for the shapes (decoding), a product each otherwise.
 	outs := []*engine.Tensor{mat(la.q, qd), mat(la.k, kvd), mat(a.vn, kvd)}
@@ -240,13 +243,28 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 	if c.Parallax() {
 		outs, ws = append(outs, mat(la.r, qd)), append(ws, blk.R.compute())
 	}
-	r.linearMulti(outs, ws, la.ln1)
-	// Per-head RMSNorm, then RoPE, from [B, T, H, D] into [B, H, T, D]:
-	// one fused op per input.
-	r.normRoPE(la.qh, la.qRstd, la.q, blk.QNorm.W, pos, a.qn, eps, theta)
-	r.normRoPE(la.kh, la.kRstd, la.k, blk.KNorm.W, pos, a.kn, eps, theta)
-	r.swap(la.vh, a.vn)
-	if c.Parallax() {
+	if fused && !c.ProbeGate { // (the probe gate reads h itself)
+		r.normLinearMulti(outs, ws, x, blk.InputNorm.W, eps, la.ln1)
+	} else {
+		r.rmsnorm(la.ln1, la.ln1Rstd, x, blk.InputNorm.W, eps)
+		r.linearMulti(outs, ws, la.ln1)
+	}
+	if fused {
+		// q, k (and r) normed and rotated, k and v appended: one op.
+		pa := engine.DecodePrepArgs{Q: la.q, K: la.k, V: a.vn, QNorm: blk.QNorm.W, KNorm: blk.KNorm.W, QOut: la.qh,
+			KCache: cache.K[l], VCache: cache.V[l], Pos: pos, Starts: cache.starts, Eps: eps, Theta: theta, KH: la.kh, VH: la.vh}
+		if c.Parallax() && !c.ProbeGate {
+			pa.R, pa.RNorm, pa.ROut = la.r, blk.RNorm.W, la.rh
+		}
+		r.decodePrep(pa)
+	} else {
+		// Per-head RMSNorm, then RoPE, from [B, T, H, D] into [B, H, T, D]:
+		// one fused op per input.
+		r.normRoPE(la.qh, la.qRstd, la.q, blk.QNorm.W, pos, a.qn, eps, theta)
+		r.normRoPE(la.kh, la.kRstd, la.k, blk.KNorm.W, pos, a.kn, eps, theta)
+		r.swap(la.vh, a.vn)
+	}
+	if c.Parallax() && (!fused || c.ProbeGate) {
 		if c.ProbeGate {
 			// r = sigmoid(w_g . h) r per token and head, after the norm
 			// (which would undo it) and before RoPE (a per-head scalar
@@ -262,7 +280,7 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 	}
 
 	switch {
-	case cache == nil || (a.posStart == 0 && cache.seqPos == nil):
+	case prefill:
 		r.attention(engine.AttentionArgs{Q: la.qh, K: la.kh, V: la.vh, R: la.rh, O: la.att,
 			LSE: la.lse, Vbar: la.vbar, Tbar: la.tbar, AttentionOpts: engine.AttentionOpts{Causal: true}})
 		if cache != nil {
@@ -271,8 +289,10 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 		}
 	default:
 		// The starts are data (cache.starts), so a recorded step replays.
-		r.kvAppendAt(cache.K[l], la.kh, cache.starts)
-		r.kvAppendAt(cache.V[l], la.vh, cache.starts)
+		if !fused {
+			r.kvAppendAt(cache.K[l], la.kh, cache.starts)
+			r.kvAppendAt(cache.V[l], la.vh, cache.starts)
+		}
 		r.decodeAttention(engine.DecodeArgs{Q: la.qh, R: la.rh, KCache: cache.K[l], VCache: cache.V[l],
 			Lens: cache.lens, O: la.att, Splits: cache.splits})
 	}
@@ -291,13 +311,18 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 	}
 	r.linearAdd(mid, mat(la.attT, qd), blk.O.compute())
 
-	r.rmsnorm(la.ln2, la.ln2Rstd, mid, blk.PostNorm.W, eps)
-	if a.Train {
+	if !fused {
+		r.rmsnorm(la.ln2, la.ln2Rstd, mid, blk.PostNorm.W, eps)
+	}
+	switch {
+	case fused: // the norm inside the kernel (engine.NormLinearSwiGLU)
+		r.normLinearSwiGLU(la.act, mid, blk.PostNorm.W, blk.Gate.compute(), blk.Up.compute(), eps, la.ln2, la.gate, la.up)
+	case a.Train:
 		// The backward reads gate and up: store them.
 		r.linear(la.gate, la.ln2, blk.Gate.compute())
 		r.linear(la.up, la.ln2, blk.Up.compute())
 		r.swiglu(la.act, la.gate, la.up)
-	} else {
+	default:
 		r.linearSwiGLU(la.act, la.gate, la.up, la.ln2, blk.Gate.compute(), blk.Up.compute())
 	}
 	if x != out {

@@ -86,6 +86,7 @@ func ParamSpecs(cfg Config) []ParamSpec {
 type Memory struct {
 	Weights   int64 // f32 master weights
 	Copies    int64 // compute-dtype copies of the weights that feed products (bf16/f16 only)
+	Int8      int64 // weight-only int8 weights and their scales (a quantized model)
 	Grads     int64 // f32 gradients (training)
 	Optimizer int64 // optimizer state (training)
 }
@@ -93,7 +94,7 @@ type Memory struct {
 // Total is the sum, saturating at math.MaxInt64.
 func (m Memory) Total() int64 {
 	var t int64
-	for _, v := range []int64{m.Weights, m.Copies, m.Grads, m.Optimizer} {
+	for _, v := range []int64{m.Weights, m.Copies, m.Int8, m.Grads, m.Optimizer} {
 		t = addSat(t, v)
 	}
 	return t
@@ -110,7 +111,7 @@ func (m Memory) parts() string {
 	for _, p := range []struct {
 		name string
 		v    int64
-	}{{"weights", m.Weights}, {"compute copies", m.Copies}, {"gradients", m.Grads}, {"optimizer state", m.Optimizer}} {
+	}{{"weights", m.Weights}, {"compute copies", m.Copies}, {"int8 weights", m.Int8}, {"gradients", m.Grads}, {"optimizer state", m.Optimizer}} {
 		if p.v > 0 {
 			parts = append(parts, p.name+" "+engine.FormatBytes(p.v))
 		}

@@ -72,6 +72,9 @@ type Param struct {
 	// feeds no product. See MarkWeightsChanged.
 	C    *engine.Tensor
 	Kind ParamKind
+	// Q is the weight-only int8 weight of a quantized model (quant.go),
+	// which then has no W or C: what the products and the lookup read.
+	Q *engine.Int8Weight
 }
 
 // Block holds one layer's parameters. R and RNorm are nil for softmax models.
@@ -114,6 +117,11 @@ type Model struct {
 	stale    bool
 	// dropped: the masters of the copied weights were freed (InferenceOnly).
 	dropped bool
+	// quant: how the int8 kinds are held (quant.go); int8 maps each
+	// quantized Param's values (Q.Q, its compute()) to its weight, for the
+	// passes' products.
+	quant Quantization
+	int8  map[*engine.Tensor]*engine.Int8Weight
 
 	// gradHook and gradGroups: see SetGradHook.
 	gradHook   func(ps []*Param) error
@@ -150,6 +158,9 @@ const initStd = 0.02
 // tensor they have in common (a Parallax model and its softmax baseline
 // differ only by W_R and its norm). Gradients are not allocated (AllocGrads).
 func New(dev engine.Device, cfg Config, o Options) (*Model, error) {
+	if cfg.Quant.Enabled() {
+		return nil, fmt.Errorf("new model: %w (the config says %s)", ErrQuantized, cfg.Quant)
+	}
 	m, err := newEmpty(dev, cfg, o.DType)
 	if err != nil {
 		return nil, err
@@ -193,6 +204,12 @@ func isRProj(name string) bool { return strings.HasSuffix(name, ".self_attn.r_pr
 
 // newEmpty validates cfg and allocates zeroed parameters.
 func newEmpty(dev engine.Device, cfg Config, dtype engine.DType) (*Model, error) {
+	return newModel(dev, cfg, dtype, Quantization{})
+}
+
+// newModel is newEmpty for a model holding its int8 kinds quantized with quant
+// (when enabled): those Params get no W (nor C); the load fills their Q.
+func newModel(dev engine.Device, cfg Config, dtype engine.DType, quant Quantization) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -205,11 +222,16 @@ func newEmpty(dev engine.Device, cfg Config, dtype engine.DType) (*Model, error)
 	if !dtype.IsFloat() {
 		return nil, fmt.Errorf("new model: compute dtype %v is not floating", dtype)
 	}
-	m := &Model{Config: cfg, Dev: dev, DType: dtype}
+	m := &Model{Config: cfg, Dev: dev, DType: dtype, quant: quant, int8: map[*engine.Tensor]*engine.Int8Weight{}}
 	var err error
 	add := func(name string, kind ParamKind, shape ...int) *Param {
 		if err != nil {
 			return nil
+		}
+		if quant.Enabled() && int8Kind(kind) {
+			p := &Param{Name: name, Kind: kind}
+			m.params = append(m.params, p)
+			return p
 		}
 		var w *engine.Tensor
 		w, err = dev.Alloc(engine.F32, shape...)
@@ -291,6 +313,9 @@ func (m *Model) HeadWeight() *Param {
 // none yet. Backward calls it, so an explicit call is only needed to build
 // optimizer state before the first step.
 func (m *Model) AllocGrads() error {
+	if m.quant.Enabled() {
+		return fmt.Errorf("allocate gradients: %w", ErrQuantized)
+	}
 	if m.dropped {
 		return fmt.Errorf("allocate gradients: %w", ErrInferenceOnly)
 	}
@@ -331,7 +356,12 @@ func (m *Model) Free() {
 		if p.G != nil {
 			m.Dev.Free(p.G)
 		}
+		if p.Q != nil {
+			p.Q.Free(m.Dev)
+			p.Q = nil
+		}
 	}
+	clear(m.int8)
 	for _, a := range []*Activations{m.train, m.infer, m.decode} {
 		a.free(m.Dev)
 	}

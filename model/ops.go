@@ -3,6 +3,7 @@ package model
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 
 	"github.com/parallax-engine/parallax/engine"
 )
@@ -16,6 +17,10 @@ type rec struct {
 	where string
 	err   error
 	views map[*engine.Tensor]bool // activations that are views of others (swap skips a swap onto its own source)
+	// int8 maps the values of a quantized model's int8 weights (an I8
+	// weight passed to linear, embedding, ...) to their Int8Weight; the
+	// helpers below then run the int8 ops (quant.go).
+	int8 map[*engine.Tensor]*engine.Int8Weight
 }
 
 func (r *rec) fail(op string, err error) {
@@ -29,15 +34,20 @@ func (r *rec) fail(op string, err error) {
 }
 
 // linear is y = x W^T for x [N, in] and W [out, in] (PyTorch's Linear).
+// An int8 W runs LinearInt8.
 func (r *rec) linear(y, x, w *engine.Tensor) {
-	if r.err == nil {
+	if q := r.int8Of("linear", w); q != nil {
+		r.fail("linear", r.dev.LinearInt8(y, x, *q, false))
+	} else if r.err == nil {
 		r.fail("linear", r.dev.MatMul(y, x, w, engine.MatMulOpts{TransB: true}))
 	}
 }
 
 // linearAdd is y += x W^T (a projection into the residual stream).
 func (r *rec) linearAdd(y, x, w *engine.Tensor) {
-	if r.err == nil {
+	if q := r.int8Of("linear", w); q != nil {
+		r.fail("linear", r.dev.LinearInt8(y, x, *q, true))
+	} else if r.err == nil {
 		r.fail("linear", r.dev.MatMul(y, x, w, engine.MatMulOpts{TransB: true, Accumulate: true}))
 	}
 }
@@ -46,6 +56,9 @@ func (r *rec) linearAdd(y, x, w *engine.Tensor) {
 // addDX, to sum the gradients of projections sharing one input) and
 // dW += dy^T x.
 func (r *rec) linearBackward(dx, dw, dy, x, w *engine.Tensor, addDX bool) {
+	if r.err == nil && w != nil && w.DType() == engine.I8 {
+		r.fail("linear backward", ErrQuantized)
+	}
 	if r.err != nil {
 		return
 	}
@@ -55,8 +68,12 @@ func (r *rec) linearBackward(dx, dw, dy, x, w *engine.Tensor, addDX bool) {
 	}
 }
 
+// An int8 table (a quantized model's embedding) gathers dequantized rows
+// with EmbeddingInt8.
 func (r *rec) embedding(out, table, ids *engine.Tensor) {
-	if r.err == nil {
+	if q := r.int8Of("embedding", table); q != nil {
+		r.fail("embedding", r.dev.EmbeddingInt8(out, *q, ids))
+	} else if r.err == nil {
 		r.fail("embedding", r.dev.Embedding(out, table, ids))
 	}
 }
@@ -189,16 +206,72 @@ func (r *rec) kvAppendAt(cache, x, starts *engine.Tensor) {
 }
 
 // linearMulti is y_i = x W_i^T for each weight (engine.LinearMulti).
+// Int8 weights run engine.LinearMultiInt8.
 func (r *rec) linearMulti(ys, ws []*engine.Tensor, x *engine.Tensor) {
-	if r.err == nil {
+	if qs := r.int8All("linear", ws); qs != nil {
+		r.fail("linear", engine.LinearMultiInt8(r.dev, ys, qs, x))
+	} else if r.err == nil {
 		r.fail("linear", engine.LinearMulti(r.dev, ys, ws, x))
 	}
 }
 
 // linearSwiGLU is act = silu(x Wg^T) * (x Wu^T) (engine.LinearSwiGLU; gate
 // and up are its scratch where it is not fused).
+// Int8 weights run engine.LinearSwiGLUInt8.
 func (r *rec) linearSwiGLU(act, gate, up, x, wGate, wUp *engine.Tensor) {
-	if r.err == nil {
+	if qs := r.int8All("mlp", []*engine.Tensor{wGate, wUp}); qs != nil {
+		r.fail("mlp", engine.LinearSwiGLUInt8(r.dev, act, gate, up, x, qs[0], qs[1]))
+	} else if r.err == nil {
 		r.fail("mlp", engine.LinearSwiGLU(r.dev, act, gate, up, x, wGate, wUp))
+	}
+}
+
+// decodeFusion runs a decode step's fused ops (engine.NormLinearMulti,
+// engine.DecodePrep, engine.NormLinearSwiGLU: the block's norms inside the
+// products' kernels and the attention inputs prepared in one op) in place
+// of the ops they compose; PARALLAX_DECODE_FUSION=0 turns them off, to
+// measure them or rule them out. Prefill and training never use them.
+var decodeFusion = os.Getenv("PARALLAX_DECODE_FUSION") != "0"
+
+// normLinearMulti is y_i = RMSNorm(x) W_i^T for each weight
+// (engine.NormLinearMulti; h is the normed rows' scratch where it is not
+// fused). Weights that are not floating (quantized) take RMSNorm and
+// linearMulti.
+func (r *rec) normLinearMulti(ys, ws []*engine.Tensor, x, normW *engine.Tensor, eps float32, h *engine.Tensor) {
+	if !allFloat(ws...) {
+		r.rmsnorm(h, nil, x, normW, eps)
+		r.linearMulti(ys, ws, h)
+	} else if r.err == nil {
+		r.fail("norm linear", engine.NormLinearMulti(r.dev, ys, ws, x, normW, eps, h))
+	}
+}
+
+// normLinearSwiGLU is act = silu(h Wg^T) * (h Wu^T), h = RMSNorm(x)
+// (engine.NormLinearSwiGLU; h, gate and up are its scratch where it is not
+// fused). Weights that are not floating take RMSNorm and linearSwiGLU.
+func (r *rec) normLinearSwiGLU(act, x, normW, wGate, wUp *engine.Tensor, eps float32, h, gate, up *engine.Tensor) {
+	if !allFloat(wGate, wUp) {
+		r.rmsnorm(h, nil, x, normW, eps)
+		r.linearSwiGLU(act, gate, up, h, wGate, wUp)
+	} else if r.err == nil {
+		r.fail("norm mlp", engine.NormLinearSwiGLU(r.dev, act, x, normW, wGate, wUp, eps, h, gate, up))
+	}
+}
+
+// allFloat reports whether every tensor has a floating dtype.
+func allFloat(ts ...*engine.Tensor) bool {
+	for _, t := range ts {
+		if !t.DType().IsFloat() {
+			return false
+		}
+	}
+	return true
+}
+
+// decodePrep norms and rotates a decode step's q, k (and r) and appends k
+// and v to the caches (engine.DecodePrep).
+func (r *rec) decodePrep(a engine.DecodePrepArgs) {
+	if r.err == nil {
+		r.fail("decode prep", engine.DecodePrep(r.dev, a))
 	}
 }

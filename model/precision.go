@@ -32,6 +32,9 @@ const padMultiple = 128
 // compute returns the weight a product reads: the compute-dtype copy, or the
 // master when there is none.
 func (p *Param) compute() *engine.Tensor {
+	if p.Q != nil {
+		return p.Q.Q // the int8 values: the passes' products look up the scales (quant.go)
+	}
 	if p.C != nil {
 		return p.C
 	}
@@ -41,7 +44,7 @@ func (p *Param) compute() *engine.Tensor {
 // wantsCopy reports whether p gets a compute-dtype copy: the weights that
 // feed matmuls (the tied embedding is the head too).
 func (m *Model) wantsCopy(p *Param) bool {
-	if m.DType == engine.F32 {
+	if m.DType == engine.F32 || p.W == nil { // W nil: an int8 weight (quant.go)
 		return false
 	}
 	switch p.Kind {

@@ -118,6 +118,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	dtypeFlag := fs.String("dtype", "", "input dtype: f32, bf16, f16 (default bf16; f32 on the CPU)")
 	shapeFlag := fs.String("shape", "", "comma-separated sizes (see above; default depends on the device)")
 	iters := fs.Int("iters", 5, "timed runs (the median is reported)")
+	flush := fs.Bool("flush", true, "on a device with device timers that can flush its caches (CUDA), evict the L2 before each timed run, so inputs come from memory (and the launch hides behind the flush), as in a model and as the PyTorch peers time")
 	softmax := fs.Bool("softmax", false, "attention: softmax attention instead of Parallax")
 	backward := fs.Bool("backward", false, "attention: time the backward instead of the forward")
 	peakTF := fs.Float64("peak-tflops", 0, "the device's matrix ceiling in TFLOP/s (for the roofline fraction)")
@@ -295,11 +296,21 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	timer := "wall clock"
 	tg, hasGPU := dev.(engine.Timer)
-	if hasGPU {
+	fl, canFlush := dev.(engine.CacheFlusher)
+	canFlush = canFlush && hasGPU && *flush
+	switch {
+	case canFlush:
+		timer = "device timestamps, L2 flushed before each run"
+	case hasGPU:
 		timer = "device timestamps"
 	}
 	timeOnce := func() (time.Duration, error) {
 		if hasGPU {
+			if canFlush {
+				if err := fl.FlushCaches(); err != nil {
+					return 0, err
+				}
+			}
 			return tg.Timed(run)
 		}
 		start := time.Now()

@@ -15,14 +15,20 @@ import (
 
 // benchGenerateResult is what "bench generate" measured (its --json output).
 type benchGenerateResult struct {
-	Device    string `json:"device"`
-	Op        string `json:"op"` // "generate parallax" or "generate softmax"
-	Model     string `json:"model"`
-	DType     string `json:"dtype"` // the compute dtype of weights, activations and KV cache
-	Batch     int    `json:"batch"`
-	PromptLen int    `json:"prompt_len"`
-	New       int    `json:"new"` // decode steps timed
-	Params    int64  `json:"params"`
+	Device string `json:"device"`
+	Op     string `json:"op"` // "generate parallax" or "generate softmax"
+	Model  string `json:"model"`
+	DType  string `json:"dtype"` // the compute dtype of weights, activations and KV cache
+	// Weights is how the product weights are held: the compute dtype, or
+	// "int8" (weight-only int8, --weights int8 or a quantized folder);
+	// WeightMemory the device bytes every weight of the model takes (f32
+	// masters left, compute copies, int8 values and scales).
+	Weights      string `json:"weights"`
+	WeightMemory int64  `json:"weight_memory_bytes"`
+	Batch        int    `json:"batch"`
+	PromptLen    int    `json:"prompt_len"`
+	New          int    `json:"new"` // decode steps timed
+	Params       int64  `json:"params"`
 	// Prefill: one forward over the B prompts of P tokens that fills the
 	// cache, up to the last position's logits on the host.
 	PrefillMs         float64 `json:"prefill_ms"`
@@ -64,6 +70,7 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 	newTokens := fs.Int("new", 128, "decode steps timed (one token of every sequence each)")
 	device := fs.String("device", "auto", "device ID")
 	dtypeName := fs.String("dtype", "auto", dtypeUsage)
+	weightsFlag := fs.String("weights", "stored", weightsUsage)
 	seed := fs.Uint64("seed", 1, "seed of the random prompt tokens")
 	peakGB := fs.Float64("peak-gbps", 0, "the device's memory ceiling in GB/s for the roofline fraction (default: what is known of the device)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
@@ -99,6 +106,10 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	weights, err := parseWeightsFlag(*weightsFlag)
+	if err != nil {
+		return err
+	}
 	mc, err := readModelConfig(*dir)
 	if err != nil {
 		return err
@@ -108,7 +119,7 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 		return usagef("--prompt-len %d + --new %d exceed the model's max_seq %d", P, N, mc.MaxSeq)
 	}
 
-	dev, m, err := openModel(*dir, *device, dt, false)
+	dev, m, err := openModel(*dir, *device, dt, false, weights)
 	if err != nil {
 		return err
 	}
@@ -227,6 +238,7 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 	kvBytes := int64(2 * float64(c.Layers*B*c.KVHeads*c.HeadDim*m.DType.Size()) * meanLen)
 	wBytes := decodeWeightBytes(m, B)
 	r := benchGenerateResult{Device: info.ID(), Op: "generate " + c.Attention, Model: *dir, DType: m.DType.String(),
+		Weights: weightsName(m), WeightMemory: m.WeightBytes(),
 		Batch: B, PromptLen: P, New: N, Params: c.NumParams(),
 		PrefillMs: prefill * 1e3, PrefillTokensPerS: float64(B*P) / prefill,
 		DecodeMs: dec * 1e3, DecodeTokensPerS: float64(B) / dec, SampleMs: smp * 1e3,
@@ -250,8 +262,8 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 				r.Profile.TotalCalls(), r.Profile.TotalMillis(), r.DecodeMs, r.Profile.Table())
 		}
 	}()
-	fmt.Fprintf(stdout, "%s %s, batch %d, prompt %d + %d new, %s on %s (%s): prefill %.4g ms (%.4g tokens/s), decode %.4g ms/step (%.4g tokens/s, sampling %.2g ms), %s read per step, %.4g GB/s",
-		r.Op, r.Model, r.Batch, r.PromptLen, r.New, r.DType, r.Device, info.Name, r.PrefillMs, r.PrefillTokensPerS,
+	fmt.Fprintf(stdout, "%s %s, batch %d, prompt %d + %d new, %s (%s weights, %s) on %s (%s): prefill %.4g ms (%.4g tokens/s), decode %.4g ms/step (%.4g tokens/s, sampling %.2g ms), %s read per step, %.4g GB/s",
+		r.Op, r.Model, r.Batch, r.PromptLen, r.New, r.DType, r.Weights, formatBytes(r.WeightMemory), r.Device, info.Name, r.PrefillMs, r.PrefillTokensPerS,
 		r.DecodeMs, r.DecodeTokensPerS, r.SampleMs, formatBytes(r.BytesPerStep), r.GBs)
 	if r.Roofline > 0 {
 		fmt.Fprintf(stdout, ", %.1f%% of the %.4g GB/s memory roofline (%s)", 100*r.Roofline, r.PeakGBs, r.PeakSource)
@@ -261,21 +273,26 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 }
 
 // decodeWeightBytes is what a decode step of B sequences reads of the
-// weights: each tensor the forward reads (the compute copy, else the
-// master) once, the padded head included, except an untied embedding, of
-// which only the B looked-up rows are read.
+// weights: each tensor the forward reads (the int8 weight with its scales,
+// else the compute copy, else the master) once, the padded head included,
+// except an untied embedding, of which only the B looked-up rows are read.
 func decodeWeightBytes(m *model.Model, B int) int64 {
 	var n int64
 	for _, p := range m.Params() {
-		t := p.C
-		if t == nil {
-			t = p.W
+		var bytes, rows int64
+		switch {
+		case p.Q != nil:
+			bytes, rows = p.Q.Bytes(), int64(p.Q.Q.Dim(0))
+		case p.C != nil:
+			bytes, rows = int64(p.C.Bytes()), int64(p.C.Dim(0))
+		default:
+			bytes, rows = int64(p.W.Bytes()), int64(p.W.Dim(0))
 		}
 		if p.Kind == model.Embedding && p != m.HeadWeight() {
-			n += int64(B) * int64(t.Bytes()/t.Dim(0))
+			n += int64(B) * (bytes / rows)
 			continue
 		}
-		n += int64(t.Bytes())
+		n += bytes
 	}
 	return n
 }

@@ -129,6 +129,7 @@ func chatLoop(args []string, stdin io.Reader, stdout, stderr io.Writer, interrup
 	fs.Var(vars, "var", "chat template variable NAME=VALUE (repeatable; e.g. enable_thinking=false)")
 	device := fs.String("device", "auto", "device: auto, cpu, vulkan:N, cuda:N")
 	dtypeName := fs.String("dtype", "auto", dtypeUsage)
+	weightsFlag := fs.String("weights", "stored", weightsUsage)
 	convert := fs.Bool("convert-parallax", false, "load a softmax (e.g. Hugging Face Qwen3) checkpoint as Parallax with W_R = 0")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -146,6 +147,10 @@ func chatLoop(args []string, stdin io.Reader, stdout, stderr io.Writer, interrup
 		}
 	}
 	dt, err := parseDTypeFlag(*dtypeName)
+	if err != nil {
+		return err
+	}
+	weights, err := parseWeightsFlag(*weightsFlag)
 	if err != nil {
 		return err
 	}
@@ -167,7 +172,7 @@ func chatLoop(args []string, stdin io.Reader, stdout, stderr io.Writer, interrup
 		}
 		*stops = append(*stops, "\nuser:")
 	}
-	dev, m, err := openModel(*dir, *device, dt, *convert)
+	dev, m, err := openModel(*dir, *device, dt, *convert, weights)
 	if err != nil {
 		return err
 	}

@@ -51,6 +51,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	dump := fs.String("dump-logits", "", "with --tokens: write the logits [T, V] to this safetensors file")
 	device := fs.String("device", "auto", "device: auto, cpu, vulkan:N, cuda:N")
 	dtypeName := fs.String("dtype", "auto", dtypeUsage)
+	weightsFlag := fs.String("weights", "stored", weightsUsage)
 	convert := fs.Bool("convert-parallax", false, "load a softmax (e.g. Hugging Face Qwen3) checkpoint as Parallax with W_R = 0: the outputs are unchanged")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	if err := parseFlags(fs, args); err != nil {
@@ -66,6 +67,10 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		return usagef("--batch must be >= 1, --seq and --max-windows >= 0")
 	}
 	dt, err := parseDTypeFlag(*dtypeName)
+	if err != nil {
+		return err
+	}
+	weights, err := parseWeightsFlag(*weightsFlag)
 	if err != nil {
 		return err
 	}
@@ -97,7 +102,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if *seq > mc.MaxSeq {
 		return usagef("--seq %d exceeds the model's max_seq %d", *seq, mc.MaxSeq)
 	}
-	dev, m, err := openModel(*dir, *device, dt, *convert)
+	dev, m, err := openModel(*dir, *device, dt, *convert, weights)
 	if err != nil {
 		return err
 	}
@@ -165,17 +170,18 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		Model      string  `json:"model"`
 		Data       string  `json:"data"`
 		DType      string  `json:"dtype"`
+		Weights    string  `json:"weights"`
 		Tokens     int     `json:"tokens"`
 		Seq        int     `json:"seq"`
 		Loss       float64 `json:"loss"`
 		Perplexity float64 `json:"perplexity"`
 		BitsPerB   float64 `json:"bits_per_byte"`
-	}{*dir, source, m.DType.String(), n, T, loss, math.Exp(loss), bpb}
+	}{*dir, source, m.DType.String(), weightsName(m), n, T, loss, math.Exp(loss), bpb}
 	if *asJSON {
 		return writeJSON(stdout, res)
 	}
-	fmt.Fprintf(stdout, "%s on %s (%s): %d tokens in windows of %d\nloss %.4f nats/token, perplexity %.2f, %.3f bits/byte\n",
-		res.Model, res.Data, res.DType, res.Tokens, res.Seq, res.Loss, res.Perplexity, res.BitsPerB)
+	fmt.Fprintf(stdout, "%s on %s (%s, %s weights): %d tokens in windows of %d\nloss %.4f nats/token, perplexity %.2f, %.3f bits/byte\n",
+		res.Model, res.Data, res.DType, res.Weights, res.Tokens, res.Seq, res.Loss, res.Perplexity, res.BitsPerB)
 	return nil
 }
 

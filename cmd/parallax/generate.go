@@ -44,6 +44,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 1, "sampling seed")
 	device := fs.String("device", "auto", "device: auto, cpu, vulkan:N, cuda:N")
 	dtypeName := fs.String("dtype", "auto", dtypeUsage)
+	weightsFlag := fs.String("weights", "stored", weightsUsage)
 	convert := fs.Bool("convert-parallax", false, "load a softmax (e.g. Hugging Face Qwen3) checkpoint as Parallax with W_R = 0: the outputs are unchanged")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -77,11 +78,15 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	weights, err := parseWeightsFlag(*weightsFlag)
+	if err != nil {
+		return err
+	}
 	tok, err := loadTokenizer(*dir)
 	if err != nil {
 		return err
 	}
-	dev, m, err := openModel(*dir, *device, dt, *convert)
+	dev, m, err := openModel(*dir, *device, dt, *convert, weights)
 	if err != nil {
 		return err
 	}

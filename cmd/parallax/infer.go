@@ -50,10 +50,11 @@ func resolveDType(dt engine.DType, info engine.DeviceInfo) (engine.DType, error)
 
 // openModel opens the device and loads the checkpoint in dir onto it for
 // inference: in the compute dtype dt (0: auto) with the f32 masters of the
-// bf16/f16 weights dropped (model.LoadOptions.Inference), and as Parallax
-// with W_R = 0 when convert is set. The caller frees the model and closes
-// the device.
-func openModel(dir, device string, dt engine.DType, convert bool) (engine.Device, *model.Model, error) {
+// bf16/f16 weights dropped (model.LoadOptions.Inference), as Parallax
+// with W_R = 0 when convert is set, and with the weights held as weights
+// says (--weights: the zero value as stored, int8 quantized on load). The
+// caller frees the model and closes the device.
+func openModel(dir, device string, dt engine.DType, convert bool, weights model.Quantization) (engine.Device, *model.Model, error) {
 	dev, err := engine.Open(device)
 	if err != nil {
 		return nil, nil, err
@@ -63,7 +64,7 @@ func openModel(dir, device string, dt engine.DType, convert bool) (engine.Device
 		dev.Close()
 		return nil, nil, err
 	}
-	m, err := model.Load(dir, dev, model.LoadOptions{DType: dt, ConvertParallax: convert, Inference: true})
+	m, err := model.Load(dir, dev, model.LoadOptions{DType: dt, ConvertParallax: convert, Inference: true, Quantize: weights})
 	if err != nil {
 		dev.Close()
 		return nil, nil, err

@@ -53,6 +53,7 @@ func serveContext(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	dir := fs.String("model", "run", "model directory")
 	device := fs.String("device", "auto", "device: auto, cpu, vulkan:N, cuda:N")
 	dtypeName := fs.String("dtype", "auto", dtypeUsage)
+	weightsFlag := fs.String("weights", "stored", weightsUsage)
 	host := fs.String("host", "127.0.0.1", "address to listen on (loopback by default; 0.0.0.0 for every interface)")
 	port := fs.Int("port", 8080, "port to listen on (0: any free port)")
 	addr := fs.String("addr", "", "host:port to listen on (overrides --host and --port)")
@@ -95,6 +96,10 @@ func serveContext(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	if err != nil {
 		return err
 	}
+	weights, err := parseWeightsFlag(*weightsFlag)
+	if err != nil {
+		return err
+	}
 	if mc, err := readModelConfig(*dir); err == nil && *ctxLen > mc.MaxSeq {
 		return usagef("--ctx %d exceeds the model's max_seq %d", *ctxLen, mc.MaxSeq)
 	}
@@ -102,7 +107,7 @@ func serveContext(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	if err != nil {
 		return err
 	}
-	dev, m, err := openModel(*dir, *device, dt, *convert)
+	dev, m, err := openModel(*dir, *device, dt, *convert, weights)
 	if err != nil {
 		return err
 	}

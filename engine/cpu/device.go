@@ -71,7 +71,7 @@ func New() *Device { return &Device{threads: Threads()} }
 func (d *Device) Info() engine.DeviceInfo { return info() }
 
 // Alloc returns a zero-filled tensor backed by a Go slice: []float32 for F32,
-// []uint16 (raw bits) for BF16 and F16, []int32 for I32.
+// []uint16 (raw bits) for BF16 and F16, []int32 for I32, []int8 for I8.
 func (d *Device) Alloc(dtype engine.DType, shape ...int) (*engine.Tensor, error) {
 	s, _, err := engine.CheckAlloc("cpu", dtype, shape)
 	if err != nil {
@@ -86,6 +86,8 @@ func (d *Device) Alloc(dtype engine.DType, shape ...int) (*engine.Tensor, error)
 		buf = make([]uint16, n)
 	case engine.I32:
 		buf = make([]int32, n)
+	case engine.I8:
+		buf = make([]int8, n)
 	}
 	return engine.NewTensor(d, dtype, s, buf), nil
 }
@@ -114,6 +116,10 @@ func (d *Device) Write(t *engine.Tensor, src []byte) error {
 		for i := range b {
 			b[i] = int32(binary.LittleEndian.Uint32(src[4*i:]))
 		}
+	case []int8:
+		for i := range b {
+			b[i] = int8(src[i])
+		}
 	}
 	return nil
 }
@@ -138,6 +144,10 @@ func (d *Device) Read(t *engine.Tensor, dst []byte) error {
 	case []int32:
 		for i, v := range b {
 			binary.LittleEndian.PutUint32(dst[4*i:], uint32(v))
+		}
+	case []int8:
+		for i, v := range b {
+			dst[i] = byte(v)
 		}
 	}
 	return nil

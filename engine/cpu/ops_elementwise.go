@@ -89,10 +89,7 @@ func (d *Device) AddScaled(out, a, b *engine.Tensor, alpha, beta float32) error 
 // Fill sets every element of t to value (rounded to t's dtype; I32 tensors
 // get the value truncated toward zero).
 func (d *Device) Fill(t *engine.Tensor, value float32) error {
-	if t == nil {
-		return &engine.ArgError{Op: "fill", Operand: "t", Msg: "missing"}
-	}
-	if err := d.own("fill", t); err != nil {
+	if err := engine.CheckFill(d.own, t); err != nil {
 		return err
 	}
 	n := t.Numel()

@@ -25,9 +25,8 @@ const (
 
 // Tile sizes, as in attention_mma.cu.
 const (
-	fwdBM     = 64
-	decStages = 3
-	decKeys   = 64
+	fwdBM   = 64
+	decKeys = 64 // keys a decode stage
 )
 
 // wStages is the number of K/V (or Q/dO/R) tiles attention_wgmma.cu's
@@ -476,21 +475,6 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 		dts(in().p(ptr(a.DK)).p(ptr(a.DV)), a.DK, a.DV))
 }
 
-// decodeSplits is the split count when the caller leaves it to us. Two
-// blocks fit on a multiprocessor, so heads x splits is kept within one
-// wave of 2 x SMs blocks (a second, partly filled wave would cost as much
-// as the first), with chunks of at least minKeys keys
-// (Options.DecodeSplitKeys, default 128) and at most 64 chunks.
-func (d *Device) decodeSplits(heads, capacity int) int {
-	minKeys := 128
-	if d.opts.DecodeSplitKeys >= decKeys {
-		minKeys = d.opts.DecodeSplitKeys
-	}
-	s := 2 * d.g.sms / max(heads, 1)
-	s = min(s, (capacity+minKeys-1)/minKeys, 64)
-	return max(1, s)
-}
-
 // decodeScratch returns the split partials (n floats) and the per-(batch,
 // KV head) completion counters (m ints), kept between calls: the counters
 // are zeroed once when allocated and the last block of each group resets
@@ -523,8 +507,11 @@ func (d *Device) decodeScratch(n, m int) (part, cnt uint64, err error) {
 }
 
 // DecodeAttention is split-KV attention over a KV cache (Flash-Decoding).
-// On the tensor-core path (bf16, G*Lq <= 8, D in 16..128) the combine is
-// fused: the last block of each (batch, KV head) merges the splits.
+// On the tensor-core path (bf16, G*Lq <= 8, D in 16..128) it is one
+// launch: the G query heads of a KV head share its blocks, planDecode
+// picks the splits and the ring depth, and the last block of each (batch,
+// KV head) to finish merges the splits. Nothing on the host depends on the
+// lengths (a device tensor), so the launch replays in a CUDA graph.
 func (d *Device) DecodeAttention(a engine.DecodeArgs) error {
 	dims, err := engine.CheckDecode(d.own, a)
 	if err != nil {
@@ -539,10 +526,19 @@ func (d *Device) DecodeAttention(a engine.DecodeArgs) error {
 	}
 	px := a.R != nil
 	if allBF16(a.Q, a.R, a.KCache, a.VCache, a.O) && (D == 16 || mmaD(D)) && dims.G*Lq <= 8 {
-		splits := a.Splits
-		if splits == 0 {
-			splits = d.decodeSplits(B*Hkv, dims.Cap)
+		env, err := decodeEnvNow()
+		if err != nil {
+			return err
 		}
+		p, err := planDecode(decodeGPU{sms: d.g.sms, smemOptin: d.g.smemOptin, minKeys: d.opts.DecodeSplitKeys},
+			B*Hkv, dims.Cap, D, a.Splits, env)
+		if err != nil {
+			return err
+		}
+		if env.report {
+			reportDecode(p, B, Hkv, dims.G, Lq, dims.Cap, D, px)
+		}
+		splits := p.splits
 		pst := 24 + 16*D
 		pp, cp := uint64(0), uint64(0)
 		if splits > 1 {
@@ -550,9 +546,7 @@ func (d *Device) DecodeAttention(a engine.DecodeArgs) error {
 				return err
 			}
 		}
-		sd := D + 8
-		smem := (16*sd + 2*decStages*decKeys*sd) * 2
-		return d.launch(mmaMod, fmt.Sprintf("attn_dec_mma_d%d_%s", D, kind(px)), [3]int{splits, Hkv, B}, threads128, smem,
+		return d.launch(mmaMod, decodeKernel(D, p.stages, px), [3]int{splits, Hkv, B}, threads128, decodeSmem(D, p.stages),
 			newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.KCache)).p(ptr(a.VCache)).p(ptr(a.O)).p(ptr(a.Lens)).
 				i(Hq).i(Hkv).i(Lq).i(dims.Cap).f(dims.Scale).i(dims.Window).i(splits).p(pp).p(cp).p(d.errBuf.ptr))
 	}

@@ -227,60 +227,85 @@ func TestTensorCoreAttention(t *testing.T) {
 
 func TestTensorCoreDecode(t *testing.T) {
 	gpu := openGPU(t)
-	const tol = 1.6e-2
-	type dc struct {
-		B, Hq, Hkv, Lq, Cap, D, window, splits int
-		lens                                   []int
-	}
-	for _, c := range []dc{
+	for _, c := range []decodeShape{
 		{2, 8, 8, 1, 1000, 128, 0, 0, []int{1000, 77}},
 		{3, 16, 4, 1, 700, 128, 0, 3, []int{700, 1, 450}},
 		{2, 32, 8, 2, 520, 64, 0, 0, []int{520, 300}},
 		{1, 8, 1, 1, 5000, 128, 0, 0, []int{4999}},
 		{2, 4, 2, 1, 900, 64, 100, 0, []int{900, 333}},
 		{1, 4, 4, 1, 300, 32, 0, 1, []int{300}},
+		// The few-sequence plans: G = 4 and 8 rows (one combine item a
+		// thread), G = 1 at D = 16 (16 threads an item), many splits
+		// (several batches of eight in the combine), a length of one and
+		// empty splits.
+		{1, 32, 8, 1, 3000, 128, 0, 0, []int{2999}},
+		{2, 16, 2, 2, 2000, 128, 0, 64, []int{2000, 1500}},
+		{1, 2, 2, 1, 4000, 16, 0, 0, []int{3900}},
+		{2, 8, 1, 1, 6000, 64, 0, 48, []int{6000, 65}},
+		{2, 8, 2, 1, 900, 128, 200, 0, []int{1, 900}},
 	} {
-		for _, px := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%+v_px%v", c, px), func(t *testing.T) {
-				w := &twin{t: t, gpu: gpu, cpu: cpu.New(), rng: rand.New(rand.NewPCG(uint64(c.Cap), uint64(c.D)))}
-				defer w.free()
-				dt := engine.BF16
-				qs, ks := []int{c.B, c.Hq, c.Lq, c.D}, []int{c.B, c.Hkv, c.Cap, c.D}
-				q, k, v, o := w.up(dt, 1, qs...), w.up(dt, 1, ks...), w.up(dt, 1, ks...), w.zeros(dt, qs...)
-				var r pair
-				if px {
-					r = w.up(dt, 1/math.Sqrt(float64(c.D)), qs...)
-				}
-				lv := make([]float64, c.B)
-				for i, n := range c.lens {
-					lv[i] = float64(n)
-				}
-				lg, _ := enginetest.Upload(gpu, engine.I32, lv, c.B)
-				lc, _ := enginetest.Upload(w.cpu, engine.I32, lv, c.B)
-				defer gpu.Free(lg)
-				for side, dev := range []engine.Device{gpu, w.cpu} {
-					pick := func(p pair) *engine.Tensor {
-						if p.g == nil {
-							return nil
-						}
-						if side == 0 {
-							return p.g
-						}
-						return p.c
+		// Each ring depth (0: the plan's own, 3 or 4 stages for these
+		// shapes on an H200).
+		for _, stages := range []int{0, 3, 4, 6} {
+			for _, px := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%+v_px%v_stages%d", c, px, stages), func(t *testing.T) {
+					if stages > 0 {
+						defer cuda.SetDecodeOverrides(0, stages, false)()
 					}
-					lens := lg
-					if side == 1 {
-						lens = lc
-					}
-					if err := dev.DecodeAttention(engine.DecodeArgs{Q: pick(q), R: pick(r), KCache: pick(k), VCache: pick(v),
-						Lens: lens, O: pick(o), Window: c.window, Splits: c.splits}); err != nil {
-						t.Fatal(err)
-					}
-				}
-				w.check("o", o, tol)
-			})
+					decodeCase(t, gpu, c, px)
+				})
+			}
 		}
 	}
+}
+
+// decodeShape is a decode test: the sizes, the window, DecodeArgs.Splits
+// and the sequences' lengths.
+type decodeShape struct {
+	B, Hq, Hkv, Lq, Cap, D, window, splits int
+	lens                                   []int
+}
+
+// decodeCase runs one tensor-core decode on the GPU and the CPU backend
+// and compares o.
+func decodeCase(t *testing.T, gpu *cuda.Device, c decodeShape, px bool) {
+	const tol = 1.6e-2
+	w := &twin{t: t, gpu: gpu, cpu: cpu.New(), rng: rand.New(rand.NewPCG(uint64(c.Cap), uint64(c.D)))}
+	defer w.free()
+	dt := engine.BF16
+	qs, ks := []int{c.B, c.Hq, c.Lq, c.D}, []int{c.B, c.Hkv, c.Cap, c.D}
+	q, k, v, o := w.up(dt, 1, qs...), w.up(dt, 1, ks...), w.up(dt, 1, ks...), w.zeros(dt, qs...)
+	var r pair
+	if px {
+		r = w.up(dt, 1/math.Sqrt(float64(c.D)), qs...)
+	}
+	lv := make([]float64, c.B)
+	for i, n := range c.lens {
+		lv[i] = float64(n)
+	}
+	lg, _ := enginetest.Upload(gpu, engine.I32, lv, c.B)
+	lc, _ := enginetest.Upload(w.cpu, engine.I32, lv, c.B)
+	defer gpu.Free(lg)
+	for side, dev := range []engine.Device{gpu, w.cpu} {
+		pick := func(p pair) *engine.Tensor {
+			if p.g == nil {
+				return nil
+			}
+			if side == 0 {
+				return p.g
+			}
+			return p.c
+		}
+		lens := lg
+		if side == 1 {
+			lens = lc
+		}
+		if err := dev.DecodeAttention(engine.DecodeArgs{Q: pick(q), R: pick(r), KCache: pick(k), VCache: pick(v),
+			Lens: lens, O: pick(o), Window: c.window, Splits: c.splits}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.check("o", o, tol)
 }
 
 // setOptions gives gpu the kernel options o, and its defaults back when

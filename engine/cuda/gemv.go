@@ -60,27 +60,38 @@ var _ engine.MultiLinear = (*Device)(nil)
 // matrix-vector kernel alone and the outputs share a dtype; see
 // engine.MultiLinear.
 func (d *Device) LinearMulti(outs, ws []*engine.Tensor, x *engine.Tensor) (bool, error) {
-	if len(ws) == 0 || len(ws) > 4 || len(outs) != len(ws) {
-		return false, nil
+	set, rows, k, blocks, err := d.gemvSet("linear multi", outs, ws, x)
+	if rows == 0 || err != nil {
+		return err != nil, err
 	}
-	var set [104]byte
-	var rows, k int
-	blocks := 0
+	name := fmt.Sprintf("gemv_multi_m%d", rows)
+	return true, d.launch("gemv", name, [3]int{blocks, 1, 1}, threads256, 0,
+		newArgs().blob(set[:], 8).i(dt(outs[0])).p(ptr(x)).i(dt(x)).i(k))
+}
+
+// gemvSet checks up to four products outs[i] = x ws[i]^T and lays out the
+// gemv_set of a gemv_multi launch (out[4], w[4], n[4], first[5]): rows is
+// 0 (and err nil) where the matrix-vector kernels do not take every
+// product with the same rows and output dtype.
+func (d *Device) gemvSet(op string, outs, ws []*engine.Tensor, x *engine.Tensor) (set [104]byte, rows, k, blocks int, err error) {
+	if len(ws) == 0 || len(ws) > 4 || len(outs) != len(ws) {
+		return set, 0, 0, 0, nil
+	}
 	for i, w := range ws {
 		o := engine.MatMulOpts{TransB: true}
 		dims, err := engine.CheckMatMul(outs[i], x, w, o)
 		if err != nil {
-			return true, err
+			return set, 0, 0, 0, err
 		}
-		if err := d.own("linear multi", outs[i], x, w); err != nil {
-			return true, err
+		if err := d.own(op, outs[i], x, w); err != nil {
+			return set, 0, 0, 0, err
 		}
 		r := gemvRows(dims, o, outs[i], x, w)
 		if i == 0 {
 			rows, k = r, dims.K
 		}
 		if r == 0 || r != rows || outs[i].DType() != outs[0].DType() {
-			return false, nil
+			return set, 0, 0, 0, nil
 		}
 		binary.LittleEndian.PutUint64(set[8*i:], ptr(outs[i]))
 		binary.LittleEndian.PutUint64(set[32+8*i:], ptr(w))
@@ -89,14 +100,12 @@ func (d *Device) LinearMulti(outs, ws []*engine.Tensor, x *engine.Tensor) (bool,
 		blocks += (dims.N + 7) / 8
 	}
 	if k == 0 {
-		return false, nil
+		return set, 0, 0, 0, nil
 	}
 	for i := len(ws); i <= 4; i++ {
 		binary.LittleEndian.PutUint32(set[80+4*i:], uint32(blocks))
 	}
-	name := fmt.Sprintf("gemv_multi_m%d", rows)
-	return true, d.launch("gemv", name, [3]int{blocks, 1, 1}, threads256, 0,
-		newArgs().blob(set[:], 8).i(dt(outs[0])).p(ptr(x)).i(dt(x)).i(k))
+	return set, rows, k, blocks, nil
 }
 
 var _ engine.MLPFuser = (*Device)(nil)
@@ -105,21 +114,32 @@ var _ engine.MLPFuser = (*Device)(nil)
 // one launch (gemv_swiglu_m* in shaders/cuda/gemv.cu) when both products
 // would take the matrix-vector kernel; see engine.MLPFuser.
 func (d *Device) LinearSwiGLU(act, x, wGate, wUp *engine.Tensor) (bool, error) {
-	o := engine.MatMulOpts{TransB: true}
-	dims, err := engine.CheckMatMul(act, x, wGate, o)
-	if err != nil {
-		return true, err
-	}
-	if _, err := engine.CheckMatMul(act, x, wUp, o); err != nil {
-		return true, err
-	}
-	if err := d.own("linear swiglu", act, x, wGate, wUp); err != nil {
-		return true, err
-	}
-	rows := gemvRows(dims, o, act, x, wGate)
-	if rows == 0 || gemvRows(dims, o, act, x, wUp) == 0 {
-		return false, nil
+	dims, rows, err := d.swigluRows("linear swiglu", act, x, wGate, wUp)
+	if rows == 0 || err != nil {
+		return err != nil, err
 	}
 	return true, d.launch("gemv", fmt.Sprintf("gemv_swiglu_m%d", rows), [3]int{(dims.N + 7) / 8, 1, 1}, threads256, 0,
 		newArgs().p(ptr(act)).i(dt(act)).p(ptr(x)).p(ptr(wGate)).p(ptr(wUp)).i(dt(x)).i(dims.N).i(dims.K))
+}
+
+// swigluRows checks act = silu(x Wg^T) * (x Wu^T) and returns the product's
+// sizes and the rows the matrix-vector kernels take (0 where they do not
+// take both products).
+func (d *Device) swigluRows(op string, act, x, wGate, wUp *engine.Tensor) (engine.MatMulDims, int, error) {
+	o := engine.MatMulOpts{TransB: true}
+	dims, err := engine.CheckMatMul(act, x, wGate, o)
+	if err != nil {
+		return dims, 0, err
+	}
+	if _, err := engine.CheckMatMul(act, x, wUp, o); err != nil {
+		return dims, 0, err
+	}
+	if err := d.own(op, act, x, wGate, wUp); err != nil {
+		return dims, 0, err
+	}
+	rows := gemvRows(dims, o, act, x, wGate)
+	if rows == 0 || gemvRows(dims, o, act, x, wUp) == 0 {
+		return dims, 0, nil
+	}
+	return dims, rows, nil
 }

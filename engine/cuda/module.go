@@ -217,6 +217,7 @@ type kernel struct {
 	f    C.CUfunction
 	name string
 	smem int
+	pdl  bool // written for programmatic dependent launch (pdl.go)
 }
 
 // loadModules compiles (or fetches from the cache) every module, in
@@ -273,7 +274,7 @@ func (d *Device) fn(module, name string) (*kernel, error) {
 	}
 	cs := C.CString(name)
 	defer C.free(unsafe.Pointer(cs))
-	k := &kernel{name: name}
+	k := &kernel{name: name, pdl: pdlKernel(module, name)}
 	if r := C.pxcu_module_function(d.ctx, &k.f, mod, cs); r != 0 {
 		return nil, fmt.Errorf("%w (kernel %s in %s.cu)", cuErr("cuModuleGetFunction", r), name, module)
 	}
@@ -419,11 +420,20 @@ func (d *Device) launch(module, name string, grid, block [3]int, smem int, a *ar
 			return fmt.Errorf("cuda kernel %s: %w", name, err)
 		}
 	}
-	r := C.pxcu_launch(d.ctx, k.f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),
-		C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), C.uint(smem), d.stream,
-		unsafe.Pointer(&a.b[0]), &offs[0], C.int(len(a.offs)))
+	gx, gy, gz := C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2])
+	bx, by, bz := C.uint(block[0]), C.uint(block[1]), C.uint(block[2])
+	var r C.CUresult
+	fn := "cuLaunchKernel"
+	if k.pdl && d.pdl() {
+		fn = "cuLaunchKernelEx"
+		r = C.pxcu_launch_pdl(d.ctx, k.f, gx, gy, gz, bx, by, bz, C.uint(smem), d.stream,
+			unsafe.Pointer(&a.b[0]), &offs[0], C.int(len(a.offs)))
+	} else {
+		r = C.pxcu_launch(d.ctx, k.f, gx, gy, gz, bx, by, bz, C.uint(smem), d.stream,
+			unsafe.Pointer(&a.b[0]), &offs[0], C.int(len(a.offs)))
+	}
 	if r != 0 {
-		return fmt.Errorf("%w (kernel %s, grid %v, block %v, smem %d)", cuErr("cuLaunchKernel", r), name, grid, block, smem)
+		return fmt.Errorf("%w (kernel %s, grid %v, block %v, smem %d)", cuErr(fn, r), name, grid, block, smem)
 	}
 	if prof {
 		return d.profEnd(name, 0, 0)

@@ -128,7 +128,7 @@ func (d *Device) FillMany(ts []*engine.Tensor, value float32) error {
 		if t == nil {
 			return &engine.ArgError{Op: "fill", Operand: fmt.Sprintf("tensor %d", i), Msg: "missing"}
 		}
-		if err := d.own("fill", t); err != nil {
+		if err := engine.CheckFill(d.own, t); err != nil {
 			return err
 		}
 		if t.Numel() > 0 {

@@ -276,10 +276,7 @@ func (d *Device) AddScaled(out, a, b *engine.Tensor, alpha, beta float32) error 
 
 // Fill sets every element to value (rounded; truncated for I32).
 func (d *Device) Fill(t *engine.Tensor, value float32) error {
-	if t == nil {
-		return &engine.ArgError{Op: "fill", Operand: "t", Msg: "missing"}
-	}
-	if err := d.own("fill", t); err != nil {
+	if err := engine.CheckFill(d.own, t); err != nil {
 		return err
 	}
 	n := int64(t.Numel())

@@ -44,6 +44,12 @@ type Options struct {
 	// caller leaves the split count to the device: 0 for 128, else at
 	// least 64 (PARALLAX_CUDA_DECODE_SPLIT_KEYS).
 	DecodeSplitKeys int
+	// NoPDL launches every kernel plainly: without it the decode-step
+	// kernels (gemv.cu, decode_prep.cu, the tensor-core decode) are
+	// launched with programmatic dependent launch on Hopper and newer, so
+	// each may start while the one before it finishes (pdl.go;
+	// PARALLAX_CUDA_PDL=0).
+	NoPDL bool
 }
 
 // Environment variables ParseOptions reads, in Options' field order.
@@ -55,6 +61,7 @@ const (
 	EnvBackward        = "PARALLAX_CUDA_BWD"
 	EnvDQKeyTile       = "PARALLAX_CUDA_DQ_BN"
 	EnvDecodeSplitKeys = "PARALLAX_CUDA_DECODE_SPLIT_KEYS"
+	EnvPDL             = "PARALLAX_CUDA_PDL"
 )
 
 // ParseOptions reads Options from the environment through getenv
@@ -70,6 +77,7 @@ func ParseOptions(getenv func(string) string) (Options, error) {
 		Backward:        e.String(EnvBackward),
 		DQKeyTile:       e.Int(EnvDQKeyTile),
 		DecodeSplitKeys: e.Int(EnvDecodeSplitKeys),
+		NoPDL:           e.Switch(EnvPDL, "0", "1"),
 	}
 	if e.Err != nil {
 		return o, fmt.Errorf("cuda: %w", e.Err)

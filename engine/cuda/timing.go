@@ -73,6 +73,11 @@ func (d *Device) median(warm, reps int, before, fn func() error) (float64, error
 	return ts[len(ts)/2], nil
 }
 
+var _ engine.CacheFlusher = (*Device)(nil)
+
+// FlushCaches enqueues flushL2 (engine.CacheFlusher).
+func (d *Device) FlushCaches() error { return d.flushL2() }
+
 // flushL2 overwrites a scratch buffer several times the L2 cache, so that
 // the next kernel reads its inputs from device memory.
 func (d *Device) flushL2() error {

@@ -30,6 +30,32 @@ var badArgs = []badArg{
 	{"matmul", "a missing output", func(dev engine.Device, ts *Tensors, dt engine.DType) error {
 		return dev.MatMul(nil, ts.New(dt, 2, 3), ts.New(dt, 3, 5), engine.MatMulOpts{})
 	}},
+	{"linear int8", "a group size of 0", func(dev engine.Device, ts *Tensors, dt engine.DType) error {
+		w := engine.Int8Weight{Q: ts.New(engine.I8, 4, 32), Scales: ts.New(engine.F32, 4, 1), Group: 0}
+		return dev.LinearInt8(ts.New(dt, 2, 4), ts.New(dt, 2, 32), w, false)
+	}},
+	{"linear int8", "scales of the wrong shape", func(dev engine.Device, ts *Tensors, dt engine.DType) error {
+		w := engine.Int8Weight{Q: ts.New(engine.I8, 4, 32), Scales: ts.New(engine.F32, 4, 1), Group: 16}
+		return dev.LinearInt8(ts.New(dt, 2, 4), ts.New(dt, 2, 32), w, false)
+	}},
+	{"linear int8", "a floating weight for the int8 values", func(dev engine.Device, ts *Tensors, dt engine.DType) error {
+		w := engine.Int8Weight{Q: ts.New(dt, 4, 32), Scales: ts.New(engine.F32, 4, 2), Group: 16}
+		return dev.LinearInt8(ts.New(dt, 2, 4), ts.New(dt, 2, 32), w, false)
+	}},
+	{"linear int8", "an x of the wrong width", func(dev engine.Device, ts *Tensors, dt engine.DType) error {
+		w := engine.Int8Weight{Q: ts.New(engine.I8, 4, 32), Scales: ts.New(engine.F32, 4, 2), Group: 16}
+		return dev.LinearInt8(ts.New(dt, 2, 4), ts.New(dt, 2, 16), w, false)
+	}},
+	{"embedding int8", "floating ids", func(dev engine.Device, ts *Tensors, dt engine.DType) error {
+		w := engine.Int8Weight{Q: ts.New(engine.I8, 4, 32), Scales: ts.New(engine.F32, 4, 2), Group: 16}
+		return dev.EmbeddingInt8(ts.New(dt, 3, 32), w, ts.New(dt, 3))
+	}},
+	{"cast", "an int8 tensor", func(dev engine.Device, ts *Tensors, dt engine.DType) error {
+		return dev.Cast(ts.New(dt, 8), ts.New(engine.I8, 8))
+	}},
+	{"fill", "an int8 tensor", func(dev engine.Device, ts *Tensors, dt engine.DType) error {
+		return dev.Fill(ts.New(engine.I8, 8), 1)
+	}},
 	{"embedding", "floating ids", func(dev engine.Device, ts *Tensors, dt engine.DType) error {
 		return dev.Embedding(ts.New(dt, 3, 4), ts.New(dt, 10, 4), ts.New(dt, 3))
 	}},

@@ -31,6 +31,12 @@ import (
 // Independent dispatches therefore run without barriers between them. Each
 // batch starts with a global memory barrier (it orders against every
 // earlier submission on the queue) and ends with one to the host.
+//
+// Graphs. While a graph is recorded (graph.go) the ops go into the
+// graph's own command buffer, a frame that is never reset, with the same
+// hazard tracking; host transfers (Alloc's zero fill, staged uploads)
+// still go into the batch, which a replay submits first. A replay is
+// numbered like a batch, so the regions it touches carry its number.
 
 const (
 	numFrames   = 3
@@ -44,6 +50,8 @@ type frame struct {
 	seq   uint64   // batch in flight (0: idle)
 	pools []handle // descriptor pools (without push descriptors)
 	used  int      // pools used by the batch
+	epoch []access // accesses recorded since the last barrier
+	graph bool     // a graph's command buffer: replayed, its descriptor sets kept
 }
 
 type access struct {
@@ -70,9 +78,11 @@ type batcher struct {
 	staged    uint64 // staging bytes used by the current batch
 	barriers  int    // barriers recorded (for tests)
 	submits   int    // batches submitted (for tests)
-	epoch     []access
 	later     []deferred
 	err       error // a failed submit or wait: the device is unusable
+
+	rec     *recording // the graph being recorded, or nil
+	replays []*frame   // graph replays submitted and not yet waited for
 }
 
 func (b *batcher) init(d *Device) error {
@@ -134,8 +144,20 @@ func (b *batcher) destroy() {
 	b.ready = false
 }
 
-// begin makes sure a batch is being recorded and returns its frame.
+// begin returns the frame ops record into: the graph's while one is
+// recorded, else the batch's (see beginBatch).
 func (b *batcher) begin() (*frame, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
+	if b.rec != nil {
+		return b.rec.f, nil
+	}
+	return b.beginBatch()
+}
+
+// beginBatch makes sure a batch is being recorded and returns its frame.
+func (b *batcher) beginBatch() (*frame, error) {
 	if b.err != nil {
 		return nil, b.err
 	}
@@ -158,7 +180,7 @@ func (b *batcher) begin() (*frame, error) {
 	f.used = 0
 	b.cur = f
 	b.ops, b.staged = 0, 0
-	b.epoch = b.epoch[:0]
+	f.epoch = f.epoch[:0]
 	// Order this batch after everything submitted before it.
 	C.px_barrier(b.d.px, unsafe.Pointer(f.cmd), 0, nil, nil, nil)
 	return f, nil
@@ -218,10 +240,22 @@ func (b *batcher) wait(f *frame) error {
 	if res := vk.ResetFences(b.d.dev, 1, fences); res != vk.Success {
 		return b.setErr(vkErr("vkResetFences", res))
 	}
-	for _, p := range f.pools[:f.used] {
-		vk.ResetDescriptorPool(b.d.dev, vkOf[vk.DescriptorPool](p), 0)
+	if f.graph {
+		// A replay: its descriptor sets serve the next one.
+		for i, r := range b.replays {
+			if r == f {
+				b.replays = append(b.replays[:i], b.replays[i+1:]...)
+				break
+			}
+		}
+	} else {
+		for _, p := range f.pools[:f.used] {
+			vk.ResetDescriptorPool(b.d.dev, vkOf[vk.DescriptorPool](p), 0)
+		}
+		f.used = 0
 	}
-	f.used = 0
+	// Every command buffer starts with a barrier on all earlier work, so
+	// the batches and replays before this one have finished too.
 	b.completed = max(b.completed, f.seq)
 	f.seq = 0
 	b.runDeferred()
@@ -246,6 +280,11 @@ func (b *batcher) waitFor(seq uint64) error {
 				oldest = f
 			}
 		}
+		for _, f := range b.replays {
+			if f.seq != 0 && (oldest == nil || f.seq < oldest.seq) {
+				oldest = f
+			}
+		}
 		if oldest == nil || seq <= b.completed {
 			break
 		}
@@ -259,9 +298,9 @@ func (b *batcher) waitFor(seq uint64) error {
 	return b.err
 }
 
-// inFlight counts the submitted batches not yet waited for.
+// inFlight counts the submitted batches and replays not yet waited for.
 func (b *batcher) inFlight() int {
-	n := 0
+	n := len(b.replays)
 	for _, f := range b.frames {
 		if f.seq != 0 {
 			n++
@@ -307,12 +346,12 @@ func (b *batcher) runDeferred() {
 // barrier if it depends on (or overwrites the inputs of) a command of the
 // current epoch.
 func (b *batcher) hazard(f *frame, acc []access) {
-	conflict := len(b.epoch) >= maxEpoch
+	conflict := len(f.epoch) >= maxEpoch
 	for _, a := range acc {
 		if conflict {
 			break
 		}
-		for _, e := range b.epoch {
+		for _, e := range f.epoch {
 			if e.buf == a.buf && e.lo < a.hi && a.lo < e.hi && (e.write || a.write) {
 				conflict = true
 				break
@@ -321,7 +360,7 @@ func (b *batcher) hazard(f *frame, acc []access) {
 	}
 	if conflict {
 		var bufs, offs, sizes []uint64
-		for _, e := range b.epoch {
+		for _, e := range f.epoch {
 			if e.write {
 				bufs = append(bufs, uint64(e.buf))
 				offs = append(offs, e.lo)
@@ -335,14 +374,21 @@ func (b *batcher) hazard(f *frame, acc []access) {
 			C.px_barrier(b.d.px, unsafe.Pointer(f.cmd), C.int(n), (*C.uint64_t)(&bufs[0]), (*C.uint64_t)(&offs[0]), (*C.uint64_t)(&sizes[0]))
 		}
 		b.barriers++
-		b.epoch = b.epoch[:0]
+		f.epoch = f.epoch[:0]
 	}
-	b.epoch = append(b.epoch, acc...)
+	f.epoch = append(f.epoch, acc...)
 }
 
-// touched marks regions as used by the current batch and counts the
-// command, submitting the batch when it is large.
-func (b *batcher) touched(rs ...*region) error {
+// touched marks regions as used by the command just recorded into f and
+// counts it: in the batch, which is submitted when it is large, or in the
+// graph being recorded, whose replays mark them.
+func (b *batcher) touched(f *frame, rs ...*region) error {
+	if f.graph {
+		for _, r := range rs {
+			b.rec.regions[r] = struct{}{}
+		}
+		return nil
+	}
 	for _, r := range rs {
 		r.lastUse = b.seq
 	}
@@ -353,9 +399,10 @@ func (b *batcher) touched(rs ...*region) error {
 	return nil
 }
 
-// copy records a buffer copy of n bytes from src+so to dst+do.
+// copy records a buffer copy of n bytes from src+so to dst+do into the
+// batch (a host transfer: never into a graph).
 func (b *batcher) copy(src *region, so uint64, dst *region, do uint64, n uint64) error {
-	f, err := b.begin()
+	f, err := b.beginBatch()
 	if err != nil {
 		return err
 	}
@@ -375,15 +422,31 @@ func (b *batcher) copy(src *region, so uint64, dst *region, do uint64, n uint64)
 	if prof {
 		b.d.profEnd(f, q, profOp{name: "copy buffer", bytes: 2 * float64(n)}) // read and written
 	}
-	return b.touched(src, dst)
+	return b.touched(f, src, dst)
 }
 
-// fill records vkCmdFillBuffer over [off, off+n) of r (4-byte multiples).
+// fill records vkCmdFillBuffer over [off, off+n) of r (4-byte multiples)
+// as an op (into the graph while one is recorded).
 func (b *batcher) fill(r *region, off, n uint64, value uint32) error {
 	f, err := b.begin()
 	if err != nil {
 		return err
 	}
+	return b.fillIn(f, r, off, n, value)
+}
+
+// fillBatch records the fill into the batch (Alloc's zero fill, which
+// happens once, not at every replay of a graph being recorded).
+func (b *batcher) fillBatch(r *region, off, n uint64, value uint32) error {
+	f, err := b.beginBatch()
+	if err != nil {
+		return err
+	}
+	return b.fillIn(f, r, off, n, value)
+}
+
+func (b *batcher) fillIn(f *frame, r *region, off, n uint64, value uint32) error {
+	var err error
 	b.hazard(f, []access{{r.buffer(), r.off + off, r.off + off + n, true}})
 	prof := b.d.prof.on
 	var q int
@@ -396,7 +459,7 @@ func (b *batcher) fill(r *region, off, n uint64, value uint32) error {
 	if prof {
 		b.d.profEnd(f, q, profOp{name: "fill buffer", bytes: float64(n)})
 	}
-	return b.touched(r)
+	return b.touched(f, r)
 }
 
 // descriptorPool returns a pool of the current frame with room for a set.

@@ -51,6 +51,10 @@ type Device struct {
 	queries    handle // timestamp query pool (Timed)
 	prof       profiler
 
+	decPart    *region             // decode's split partial states, grown as needed (ops_attention.go)
+	scratchGen uint64              // bumped when persistent scratch is reallocated (stales graphs)
+	graphs     map[*graph]struct{} // recorded graphs not yet freed (graph.go)
+
 	pending engine.PendingError // the first error raised while executing, for Sync
 	closed  bool
 
@@ -59,11 +63,14 @@ type Device struct {
 }
 
 // What a Vulkan device offers: every op, and the optional capabilities
-// (besides these, engine.Profiler in profile.go and engine.MemoryReporter
-// in meminfo.go).
+// (besides these, engine.Profiler in profile.go, engine.MemoryReporter in
+// meminfo.go and engine.GraphRecorder in graph.go).
 var (
-	_ engine.Device = (*Device)(nil)
-	_ engine.Timer  = (*Device)(nil)
+	_ engine.Device      = (*Device)(nil)
+	_ engine.Timer       = (*Device)(nil)
+	_ engine.ArgMaxer    = (*Device)(nil)
+	_ engine.MultiLinear = (*Device)(nil)
+	_ engine.MLPFuser    = (*Device)(nil)
 )
 
 // newDevice creates the logical device for p under the environment's
@@ -279,6 +286,7 @@ func (d *Device) Close() error {
 			vk.DestroyQueryPool(d.dev, vkOf[vk.QueryPool](d.queries), nil)
 		}
 		d.profFree()
+		d.closeGraphs()
 		d.pipes.destroy()
 		d.b.destroy()
 		if d.stage != nil {
@@ -302,6 +310,9 @@ func (d *Device) Close() error {
 func (d *Device) Sync() error {
 	if d.closed {
 		return errClosed
+	}
+	if d.b.rec != nil {
+		return d.refuse("sync")
 	}
 	err := d.b.waitAll()
 	if p := d.pending.Take(); err == nil {

@@ -52,9 +52,13 @@ func (d *Device) opt(t *engine.Tensor, write bool) arg {
 // none is an unused binding.
 func (d *Device) none() arg { return d.opt(nil, false) }
 
-// statusArg binds the device's error flags.
+// statusArg binds the device's error flags. Kernels only raise flags
+// (first error wins, by an atomic compare-and-swap) and the host reads
+// them after the batch's fence, so the binding is not tracked as a write:
+// two kernels that may raise an error do not wait for each other (the
+// key and value appends of a decode step, say).
 func (d *Device) statusArg() arg {
-	return arg{r: d.status, size: d.status.size, dt: engine.I32, write: true}
+	return arg{r: d.status, size: d.status.size, dt: engine.I32}
 }
 
 // grid is a workgroup count.
@@ -180,7 +184,7 @@ func (d *Device) launch(kernel string, wg int, sp spec, pc []uint32, g grid, arg
 	var pool handle
 	if !d.push {
 		if pool, err = d.b.descriptorPool(f, false); err != nil {
-			return err
+			return d.b.recordFailed(f, err)
 		}
 	}
 	// Always the whole declared range, so no shader reads unset bytes.
@@ -202,14 +206,14 @@ func (d *Device) launch(kernel string, wg int, sp spec, pc []uint32, g grid, arg
 		}
 		// VK_ERROR_OUT_OF_POOL_MEMORY / VK_ERROR_FRAGMENTED_POOL: next pool.
 		if pool == 0 || attempt > 0 || (res != -1000069000 && res != -12) {
-			return fmt.Errorf("vulkan: recording %s: VkResult %d", kernel, int32(res))
+			return d.b.recordFailed(f, fmt.Errorf("vulkan: recording %s: VkResult %d", kernel, int32(res)))
 		}
 		if pool, err = d.b.descriptorPool(f, true); err != nil {
-			return err
+			return d.b.recordFailed(f, err)
 		}
 	}
 	if prof {
 		d.profEnd(f, q, op)
 	}
-	return d.b.touched(regs...)
+	return d.b.touched(f, regs...)
 }

@@ -307,6 +307,12 @@ func (a *allocator) release(r *region) {
 	if r == nil || r.freed {
 		return
 	}
+	if rec := a.d.b.rec; rec != nil && a == a.d.mem {
+		// A graph being recorded may address it: kept until the graph is
+		// freed (and reused by the recording's own scratch meanwhile).
+		rec.keep(r)
+		return
+	}
 	r.freed = true
 	b := r.blk
 	b.give(r)
@@ -388,24 +394,34 @@ func (d *Device) Alloc(dtype engine.DType, shape ...int) (*engine.Tensor, error)
 }
 
 // zero clears a region: directly when it is mapped and idle, else with a
-// fill command recorded in the batch.
+// fill command recorded in the batch (also while a graph is recorded: the
+// tensor is zeroed once, before any replay).
 func (d *Device) zero(r *region) error {
 	if r.blk.ptr != nil && r.lastUse <= d.b.completed {
 		clear(r.bytes())
 		return nil
 	}
-	return d.b.fill(r, 0, r.size, 0)
+	return d.b.fillBatch(r, 0, r.size, 0)
 }
 
 // Free returns the tensor's memory to the pool; commands already recorded
-// that use it still see its contents (reuse is ordered after them).
+// that use it still see its contents (reuse is ordered after them). While
+// a graph is recorded it is refused: the recording fails (EndGraph returns
+// the error) and the memory is released when the recording ends.
 func (d *Device) Free(t *engine.Tensor) {
 	if t == nil || d.closed {
 		return
 	}
-	if r := regionOf(t); r != nil && r.blk.a.d == d {
-		r.blk.a.release(r)
+	r := regionOf(t)
+	if r == nil || r.blk.a.d != d || r.freed {
+		return
 	}
+	if rec := d.b.rec; rec != nil {
+		d.refuse("free")
+		rec.freed = append(rec.freed, r)
+		return
+	}
+	r.blk.a.release(r)
 }
 
 func (d *Device) checkHost(op string, t *engine.Tensor, n int) (*region, error) {
@@ -421,6 +437,9 @@ func (d *Device) checkHost(op string, t *engine.Tensor, n int) (*region, error) 
 	}
 	if n != t.Bytes() {
 		return nil, fmt.Errorf("vulkan %s %v: got %d bytes, want %d", op, t, n, t.Bytes())
+	}
+	if d.b.rec != nil {
+		return nil, d.refuse(op)
 	}
 	return r, nil
 }

@@ -270,14 +270,28 @@ func (d *Device) capSplits(dm engine.AttnDims, S int) int {
 	return max(1, min(S, int(d.MaxTensorBytes())/max(perSplit, 1)))
 }
 
-// partialStates allocates the partial states (m, d1, d2, O1, O2 for each
-// row and split) of S splits; release returns them to the pool.
+// partialStates returns the partial states (m, d1, d2, O1, O2 for each
+// row and split) of S splits: the front of the device's decode scratch,
+// kept between calls and grown when too small (which stales the graphs
+// recorded over the old one). release is a no-op, kept for the callers.
 func (d *Device) partialStates(dm engine.AttnDims, S int) (part arg, release func(), err error) {
-	pr, err := d.tmp(dm.B * dm.Hq * dm.Lq * S * (3 + 2*dm.D))
-	if err != nil {
-		return arg{}, nil, err
+	bytes := uint64(max(dm.B*dm.Hq*dm.Lq*S*(3+2*dm.D), 1)) * 4
+	if lim := uint64(d.MaxTensorBytes()); bytes > lim {
+		return arg{}, nil, fmt.Errorf("vulkan: decode partial states of %s exceed this device's limit of %s per binding (maxStorageBufferRange)",
+			formatSize(bytes), formatSize(lim))
 	}
-	return scratch(pr), func() { d.mem.release(pr) }, nil
+	if d.decPart == nil || d.decPart.size < bytes {
+		r, err := d.mem.alloc(bytes)
+		if err != nil {
+			return arg{}, nil, err
+		}
+		// The old states are freed in stream order (or, while a graph is
+		// recorded, kept by it); graphs recorded over them are stale.
+		d.mem.release(d.decPart)
+		d.decPart = r
+		d.scratchGen++
+	}
+	return arg{r: d.decPart, size: bytes, dt: engine.F32, write: true}, func() {}, nil
 }
 
 // combineSplits merges the partial states into o (attn_combine, one
@@ -462,9 +476,18 @@ func (d *Device) planDecodeCoop(dm engine.AttnDims, dt engine.DType, rows int, f
 	return decodeLaunch{kernel: kernel, wg: 32, sp: spec{1: uint32(dm.D), 3: uint32(bc)}, bc: bc, target: 512}, true
 }
 
+// decodeMinSplitKeys is the fewest keys of an automatic decode split (the
+// CUDA backend's default too): a split saves its keys' streaming time but
+// costs the combine pass, a dispatch of its own. In a recorded 0.6B decode
+// step on the H200 (caches of 193 keys, 8 KV heads, attn_decode_coop8) one
+// split took 1.89 ms a step, two 1.94 and the three that two-tile splits
+// gave 2.04.
+const decodeMinSplitKeys = 128
+
 // decodeFast runs a decode kernel: Splits chunks of each (sequence, KV
 // head)'s keys (0: enough for the kernel's target workgroup count, at
-// least two tiles each), then attn_combine when there is more than one.
+// least two tiles and decodeMinSplitKeys keys each), then attn_combine
+// when there is more than one.
 func (d *Device) decodeFast(dm engine.AttnDims, k decodeLaunch, a engine.DecodeArgs) error {
 	if dm.B*dm.Hkv == 0 {
 		return nil
@@ -472,7 +495,7 @@ func (d *Device) decodeFast(dm engine.AttnDims, k decodeLaunch, a engine.DecodeA
 	items := dm.B * dm.Hkv
 	S := a.Splits
 	if S == 0 {
-		S = max(1, min((k.target+items-1)/items, dm.Lk/(2*k.bc), 256))
+		S = max(1, min((k.target+items-1)/items, dm.Lk/max(2*k.bc, decodeMinSplitKeys), 256))
 		if v := d.opts.DecodeSplits; v > 0 {
 			S = v // a tuning override
 		}

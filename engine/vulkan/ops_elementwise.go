@@ -95,10 +95,7 @@ func (d *Device) MuonApply(p, o *engine.Tensor, lr, wd, scale float32) error {
 // Fill sets every element of t to value rounded to its dtype (i32:
 // truncated toward zero, saturating), with vkCmdFillBuffer.
 func (d *Device) Fill(t *engine.Tensor, value float32) error {
-	if t == nil {
-		return &engine.ArgError{Op: "fill", Operand: "t", Msg: "missing"}
-	}
-	if err := d.own("fill", t); err != nil {
+	if err := engine.CheckFill(d.own, t); err != nil {
 		return err
 	}
 	if t.Numel() == 0 {

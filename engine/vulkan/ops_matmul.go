@@ -9,7 +9,9 @@ import (
 // MatMul: a tiled shared-memory kernel (shaders/matmul.comp) on every
 // device, with tiles of 64 x 64 (smaller for small matrices); on devices
 // with VK_NV_cooperative_matrix, products whose inputs are both f16 use
-// the tensor-core kernel (shaders/matmul_coop.comp) instead.
+// the tensor-core kernel (shaders/matmul_coop.comp) instead. Decode
+// products (1 to 8 rows against a transposed weight) take the GEMV kernel
+// (ops_gemv.go).
 
 const mmWG = 256
 
@@ -30,6 +32,9 @@ func (d *Device) MatMul(o, a, b *engine.Tensor, opts engine.MatMulOpts) error {
 			return nil
 		}
 		return d.Fill(o, 0)
+	}
+	if rows := d.gemvRows(dims, opts, o, a); rows > 0 {
+		return d.matmulGEMV(o, a, b, opts, dims, rows)
 	}
 	if d.useCoop(a, b, dims) {
 		return d.matmulCoop(o, a, b, opts, dims)

@@ -6,7 +6,9 @@ import (
 
 // RMSNorm and its backward (shaders/rmsnorm.comp): one workgroup per row
 // for the row-wise parts; dW is reduced deterministically over row chunks
-// (partials, then an ordered sum per column).
+// (partials, then an ordered sum per column). Forward rows of at most
+// 8 WG elements take shaders/rownorm.comp, which loads a row's elements
+// all at once into registers.
 
 const normWG = 128
 
@@ -18,6 +20,11 @@ func (d *Device) RMSNorm(o, rstd, x, w *engine.Tensor, eps float32) error {
 	}
 	if rows == 0 || n == 0 {
 		return nil
+	}
+	if wg := min(max(64, nextPow2((n+7)/8)), d.flexWG()); 8*wg >= n {
+		pc := push(uint32(rows), uint32(n), eps, rstd != nil)
+		d.profileAs("rmsnorm forward", 0, 0) // the op's name, whichever kernel runs it
+		return d.launch("rownorm", wg, nil, pc, d.groups1(rows), in(x), in(w), out(o), d.opt(rstd, true))
 	}
 	pc := push(uint32(rows), uint32(n), eps, uint32(0), uint32(0), rstd != nil)
 	return d.launch("rmsnorm", normWG, spec{1: 0}, pc, d.groups1(rows),

@@ -12,12 +12,18 @@ import (
 
 // tmp allocates a scratch region of n f32 values for the ops being
 // recorded. It may be released as soon as they are recorded: reuse of its
-// range is ordered after them.
+// range is ordered after them. While a graph is recorded, scratch the
+// recording released before is reused first (it is the graph's).
 func (d *Device) tmp(n int) (*region, error) {
 	bytes := uint64(max(n, 1)) * 4
 	if lim := uint64(d.MaxTensorBytes()); bytes > lim {
 		return nil, fmt.Errorf("vulkan: a scratch buffer of %s exceeds this device's limit of %s per binding (maxStorageBufferRange)",
 			formatSize(bytes), formatSize(lim))
+	}
+	if rec := d.b.rec; rec != nil {
+		if r := rec.spareFor(roundUp(bytes, d.mem.align)); r != nil {
+			return r, nil
+		}
 	}
 	return d.mem.alloc(bytes)
 }

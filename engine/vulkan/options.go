@@ -47,6 +47,11 @@ type Options struct {
 	// (registers, spills) where VK_KHR_pipeline_executable_properties
 	// exists (PARALLAX_VULKAN_PIPELINE_STATS=1). Read at open only.
 	PipelineStats bool
+	// NoGEMV runs the decode products (1 to 8 rows against a weight) on
+	// the tiled matmul kernels instead of the matrix-vector kernel, and
+	// turns LinearMulti and LinearSwiGLU into separate products
+	// (PARALLAX_VULKAN_GEMV=0).
+	NoGEMV bool
 }
 
 // Environment variables ParseOptions reads, in Options' field order.
@@ -59,6 +64,7 @@ const (
 	EnvPushDescriptors = "PARALLAX_VULKAN_PUSH_DESCRIPTORS"
 	EnvNo16BitStorage  = "PARALLAX_VULKAN_NO16"
 	EnvPipelineStats   = "PARALLAX_VULKAN_PIPELINE_STATS"
+	EnvGEMV            = "PARALLAX_VULKAN_GEMV"
 )
 
 // ParseOptions reads Options from the environment through getenv
@@ -75,6 +81,7 @@ func ParseOptions(getenv func(string) string) (Options, error) {
 		NoPushDescriptors: e.Switch(EnvPushDescriptors, "0", "1"),
 		No16BitStorage:    e.Switch(EnvNo16BitStorage, "1", "0"),
 		PipelineStats:     e.Switch(EnvPipelineStats, "1", "0"),
+		NoGEMV:            e.Switch(EnvGEMV, "0", "1"),
 	}
 	if e.Err != nil {
 		return o, fmt.Errorf("vulkan: %w", e.Err)
@@ -125,6 +132,9 @@ func (o Options) kernels(coop, sg32 bool) map[string]string {
 	}
 	if coop {
 		m["matmul"] = "matmul_coop (16-bit inputs) + matmul"
+	}
+	if !o.NoGEMV {
+		m["matmul"] = "gemv (1 to 8 rows against a weight), " + m["matmul"]
 	}
 	if tc && o.Attention != "scalar" {
 		m["attention forward"] = "attn_fwd_coop (16-bit, D%16 = 0 up to 128) + attn_fwd"

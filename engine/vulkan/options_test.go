@@ -9,9 +9,9 @@ import (
 // outside a variable's choices is an error naming the variable.
 func TestParseOptions(t *testing.T) {
 	all := map[string]string{EnvAttention: "scalar", EnvDecode: "wide", EnvDecodeVariant: "sh16", EnvDecodeKeyTile: "16",
-		EnvDecodeSplits: "4", EnvPushDescriptors: "0", EnvNo16BitStorage: "1", EnvPipelineStats: "1"}
+		EnvDecodeSplits: "4", EnvPushDescriptors: "0", EnvNo16BitStorage: "1", EnvPipelineStats: "1", EnvGEMV: "0"}
 	want := Options{Attention: "scalar", Decode: "wide", DecodeVariant: "sh16", DecodeKeyTile: 16, DecodeSplits: 4,
-		NoPushDescriptors: true, No16BitStorage: true, PipelineStats: true}
+		NoPushDescriptors: true, No16BitStorage: true, PipelineStats: true, NoGEMV: true}
 	if got, err := ParseOptions(func(k string) string { return all[k] }); err != nil || got != want {
 		t.Errorf("every override: %+v, %v; want %+v", got, err, want)
 	}
@@ -19,7 +19,7 @@ func TestParseOptions(t *testing.T) {
 		t.Errorf("no overrides: %+v, %v; want the zero Options", got, err)
 	}
 	for _, bad := range [][2]string{{EnvDecode, "fast"}, {EnvAttention, "coop"}, {EnvDecodeKeyTile, "x"},
-		{EnvDecodeKeyTile, "48"}, {EnvDecodeSplits, "-1"}, {EnvNo16BitStorage, "yes"}, {EnvPushDescriptors, "2"}} {
+		{EnvDecodeKeyTile, "48"}, {EnvDecodeSplits, "-1"}, {EnvNo16BitStorage, "yes"}, {EnvPushDescriptors, "2"}, {EnvGEMV, "off"}} {
 		_, err := ParseOptions(func(k string) string { return map[string]string{bad[0]: bad[1]}[k] })
 		if err == nil || !strings.Contains(err.Error(), bad[0]) {
 			t.Errorf("%s=%s: error %v, want one naming the variable", bad[0], bad[1], err)
@@ -44,6 +44,8 @@ func TestOptionsKernels(t *testing.T) {
 		{Options{Decode: "wide", DecodeVariant: "sh16"}, true, true, "decode", "attn_decode_coop.sh16"},
 		{Options{DecodeVariant: "plain"}, false, false, "decode", "attn_decode (at most"},
 		{Options{}, true, false, "matmul", "matmul_coop"},
+		{Options{}, false, false, "matmul", "gemv"},
+		{Options{NoGEMV: true}, false, false, "matmul", "matmul (scalar)"},
 	} {
 		k := tc.o.kernels(tc.coop, tc.sg32)
 		for _, f := range []string{"matmul", "attention forward", "attention backward", "decode"} {

@@ -67,6 +67,9 @@ func (d *Device) StartProfile() error {
 	if p.on {
 		return errors.New("vulkan: start profile: a profile is being recorded already")
 	}
+	if d.b.rec != nil {
+		return errors.New("vulkan: start profile: a graph is being recorded")
+	}
 	p.on, p.next, p.ops, p.tag = true, 0, p.ops[:0], profOp{}
 	for i := range p.pools {
 		p.pools[i].reset = false

@@ -25,6 +25,9 @@ func (d *Device) Timed(fn func() error) (time.Duration, error) {
 	if d.pd.tsBits == 0 || d.pd.lim.timestampPeriod == 0 {
 		return 0, errors.New("vulkan: this device's compute queue has no timestamps")
 	}
+	if d.b.rec != nil {
+		return 0, d.refuse("timed")
+	}
 	if err := d.b.waitAll(); err != nil {
 		return 0, err
 	}

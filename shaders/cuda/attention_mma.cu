@@ -542,29 +542,58 @@ BWD(64, 64, 64)
 BWD(128, 32, 32)
 
 // ---------------------------------------------------------------------
-// Decode over a KV cache, split-KV with the combine fused. Grid (splits,
-// Hkv, B), 4 warps; the block streams its chunk of keys in stages of 64
-// (16 per warp) through a STAGES-deep cp.async pipeline. The G*Lq <= 8 query
-// rows of the group sit in rows 0-7 of one m16 A tile and their probes in
-// rows 8-15. Each warp keeps its own running state; the block merges its
-// warps, writes a partial (m, d1, d2, O1, O2) per row, and the last block of
-// the (batch, KV head) to finish merges every split and writes o.
+// Decode over a KV cache, split-KV with the combine fused (one launch).
+// Grid (splits, Hkv, B), 4 warps; the block streams its chunk of keys in
+// stages of 64 (16 per warp) through an S-deep cp.async ring (S - 1 stages
+// in flight). The G*Lq <= 8 query rows of the group sit in rows 0-7 of one
+// m16 A tile and their probes in rows 8-15, so K and V are read once for
+// the whole group. Each warp keeps its own running state; the block merges
+// its warps and, with one split, writes o; otherwise it writes a partial
+// (m, d1, d2, O1, O2 of its rows) and the last block of the (batch, KV
+// head) to finish, found by an atomic counter that it resets, merges every
+// split and writes o. S = 3 (two blocks a multiprocessor) is the large-batch
+// kernel; S = 4 and 6 (one block a multiprocessor, 96-160 KiB in flight at
+// D = 128) are for few sequences (engine/cuda/attention.go, planDecode).
 // ---------------------------------------------------------------------
-#define DEC_STAGES 3
 #define DEC_KEYS 64
 
-template <int D, bool PX>
+// dec_ld4 loads four floats through L2 only (partials of other blocks,
+// ordered by their fence and the counter); volatile keeps it after the
+// fence, and a batch issued before its uses is in flight together.
+__device__ __forceinline__ float4 dec_ld4(const float *p) {
+	float4 v;
+	asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+	return v;
+}
+
+template <int D, bool PX, int STAGES>
 __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *K, const u16 *V, u16 *O, const int *lens,
                                          int Hq, int Hkv, int Lq, int Cap, float scale, int window, int splits,
                                          float *part, int *counters, int *err) {
 	constexpr int SD = D + 8;
 	constexpr int PST = 24 + 16 * D; // floats per partial: m[8], d1[8], d2[8], O1[8][D], O2[8][D]
 	extern __shared__ __align__(16) unsigned char smem[];
-	u16 *sA = (u16 *)smem, *sK = sA + 16 * SD, *sV = sK + DEC_STAGES * DEC_KEYS * SD;
+	u16 *sA = (u16 *)smem, *sK = sA + 16 * SD, *sV = sK + STAGES * DEC_KEYS * SD;
 	__shared__ int last;
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
 	const int split = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, G = Hq / Hkv, nrows = G * Lq;
 	const i64 ko = ((i64)b * Hkv + hk) * Cap * D;
+	// Under programmatic dependent launch (engine/cuda/pdl.go) the kernel
+	// may start before the one that appended the step's keys has finished:
+	// everything below reads what earlier kernels wrote.
+	pdl_trigger();
+	pdl_wait();
+	// The A tile first (rows 0..nrows-1 queries, 8.. probes, the rest
+	// zero-filled): it does not depend on the length, so its loads fly
+	// while the length is read.
+	for (int c = tid; c < 16 * (D / 8); c += 128) {
+		int rr = c / (D / 8), cc = (c % (D / 8)) * 8, qr = rr & 7;
+		bool ok = qr < nrows && (rr < 8 || PX);
+		const u16 *src = Q;
+		if (ok) src = (rr < 8 ? Q : R) + (((i64)b * Hq + hk * G + qr / Lq) * Lq + qr % Lq) * D + cc;
+		cp_async16(sA + rr * SD + cc, src, ok ? 16 : 0);
+	}
+	cp_async_commit();
 	int n = lens[b];
 	if (n < Lq || n > Cap) {
 		if (tid == 0 && split == 0 && hk == 0) raise_error(err, 2, b, n, Cap);
@@ -580,23 +609,12 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 		load_rows<D>(sK + buf * DEC_KEYS * SD, K + ko, c0 + stg * DEC_KEYS, DEC_KEYS, c1, tid, 128);
 		load_rows<D>(sV + buf * DEC_KEYS * SD, V + ko, c0 + stg * DEC_KEYS, DEC_KEYS, c1, tid, 128);
 	};
-	// Start streaming K/V first, then stage the A tile while it flies.
 #pragma unroll
-	for (int s = 0; s < DEC_STAGES - 1; s++) {
+	for (int s = 0; s < STAGES - 1; s++) {
 		if (s < nst) load(s, s);
 		cp_async_commit();
 	}
-	// A tile: rows 0..nrows-1 queries, 8.. probes, the rest zero.
-	for (int c = tid; c < 16 * (D / 8); c += 128) {
-		int rr = c / (D / 8), cc = (c % (D / 8)) * 8, qr = rr & 7;
-		uint4 val = make_uint4(0, 0, 0, 0);
-		if (qr < nrows && (rr < 8 || PX)) {
-			int hh = hk * G + qr / Lq, i = qr % Lq;
-			const u16 *src = (rr < 8 ? Q : R) + (((i64)b * Hq + hh) * Lq + i) * D + cc;
-			val = *(const uint4 *)src;
-		}
-		*(uint4 *)(sA + rr * SD + cc) = val;
-	}
+	cp_async_wait<STAGES - 1>(); // the A tile's group
 	__syncthreads();
 	u32 fa[D / 16][4];
 #pragma unroll
@@ -614,16 +632,16 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 	float m = NEG_INF, d1 = 0, d2 = 0;
 
 	for (int stg = 0; stg < nst; stg++) {
-		cp_async_wait<DEC_STAGES - 2>();
+		cp_async_wait<STAGES - 2>();
 		__syncthreads();
 		{
 			// Refill the buffer every warp finished with in the last
 			// iteration before computing on this one.
-			int nx = stg + DEC_STAGES - 1;
-			if (nx < nst) load(nx, nx % DEC_STAGES);
+			int nx = stg + STAGES - 1;
+			if (nx < nst) load(nx, nx % STAGES);
 			cp_async_commit();
 		}
-		const int buf = stg % DEC_STAGES;
+		const int buf = stg % STAGES;
 		const u16 *ks = sK + buf * DEC_KEYS * SD + warp * 16 * SD, *vs = sV + buf * DEC_KEYS * SD + warp * 16 * SD;
 		float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
 #pragma unroll
@@ -744,105 +762,131 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 		mine[24 + 8 * D + g * D + c + 1] = acc[x][3];
 	}
 	__syncthreads();
-	// Block merge into warp 0's slot region 4 (a fifth partial).
-	float *blk = wp + 4 * PST;
-	for (int e = tid; e < 8 * D; e += 128) {
+	// o of row r from its merged state: a valid sequence's rows see a key,
+	// so D1 NaN or 0 (every score -inf) makes o NaN, never 0.
+	auto orow = [&](int r) { return O + (((i64)b * Hq + hk * G + r / Lq) * Lq + r % Lq) * D; };
+	auto fin = [](float D1, float D2, float A1, float A2) {
+		float inv = 1.0f / D1, tb = D2 * inv;
+		return A1 * inv * (1 + tb) - A2 * inv;
+	};
+	// The block's state of its rows: o itself with one split, else the
+	// block's partial, written straight to global memory.
+	float *pp = part + (((i64)b * Hkv + hk) * splits + split) * PST;
+	for (int e = tid; e < nrows * D; e += 128) {
 		int r = e / D, c = e % D;
 		float M = NEG_INF;
+#pragma unroll
 		for (int w = 0; w < 4; w++) M = fmaxf(M, wp[w * PST + r]);
 		float Mu = M == NEG_INF ? 0.0f : M, D1 = 0, D2 = 0, A1 = 0, A2 = 0;
+#pragma unroll
 		for (int w = 0; w < 4; w++) {
 			float f = exp2f(wp[w * PST + r] - Mu);
 			D1 += f * wp[w * PST + 8 + r];
 			D2 += f * wp[w * PST + 16 + r];
 			A1 += f * wp[w * PST + 24 + r * D + c];
-			A2 += f * wp[w * PST + 24 + 8 * D + r * D + c];
+			if (PX) A2 += f * wp[w * PST + 24 + 8 * D + r * D + c];
+		}
+		if (splits == 1) {
+			orow(r)[c] = f2bf(fin(D1, D2, A1, A2));
+			continue;
 		}
 		if (c == 0) {
-			blk[r] = M;
-			blk[8 + r] = D1;
-			blk[16 + r] = D2;
+			pp[r] = M;
+			pp[8 + r] = D1;
+			pp[16 + r] = D2;
 		}
-		blk[24 + r * D + c] = A1;
-		blk[24 + 8 * D + r * D + c] = A2;
+		pp[24 + r * D + c] = A1;
+		if (PX) pp[24 + 8 * D + r * D + c] = A2;
 	}
-	__syncthreads();
-	auto finish = [&](int r, int c, float D1, float D2, float A1, float A2) {
-		if (r >= nrows) return;
-		int hh = hk * G + r / Lq, i = r % Lq;
-		// A valid sequence's rows see a key: D1 NaN or 0 (every score
-		// -inf) makes o NaN, never 0.
-		float inv = 1.0f / D1, tb = D2 * inv;
-		float y = A1 * inv * (1 + tb) - A2 * inv;
-		O[(((i64)b * Hq + hh) * Lq + i) * D + c] = f2bf(y);
-	};
-	if (splits == 1) {
-		for (int e = tid; e < nrows * D; e += 128) {
-			int r = e / D, c = e % D;
-			finish(r, c, blk[8 + r], blk[16 + r], blk[24 + r * D + c], blk[24 + 8 * D + r * D + c]);
-		}
-		return;
-	}
-	float *pp = part + (((i64)b * Hkv + hk) * splits + split) * PST;
-	for (int e = tid; e < PST; e += 128) pp[e] = blk[e];
+	if (splits == 1) return;
 	__threadfence();
 	__syncthreads();
 	if (tid == 0) last = atomicAdd(&counters[b * Hkv + hk], 1) == splits - 1;
 	__syncthreads();
 	if (!last) return;
 	__threadfence();
+	// The combine: items of 4 columns of one row, TPI threads an item (a
+	// power of two, lanes of one warp) taking every TPI-th split, eight
+	// splits' loads in flight at a time, then merged across the TPI lanes.
 	const float *ps = part + ((i64)b * Hkv + hk) * splits * PST;
-	for (int e = tid; e < nrows * D; e += 128) {
-		int r = e / D, c = e % D;
-		float M = NEG_INF, D1 = 0, D2 = 0, A1 = 0, A2 = 0;
-		// Eight splits at a time: their loads are independent and in
-		// flight together; the running state is rescaled once per batch.
-		for (int s0 = 0; s0 < splits; s0 += 8) {
-			float pm[8], pd1[8], pd2[8], pa1[8], pa2[8];
+	constexpr int C4 = D / 4;
+	const int nitems = nrows * C4;
+	int tpi = 1;
+	while (tpi < 32 && 2 * tpi * nitems <= 128) tpi *= 2;
+	const int sub = tid & (tpi - 1), ipb = 128 / tpi;
+	for (int i0 = 0; i0 < nitems; i0 += ipb) { // uniform over the block: the shuffles below see every lane
+		const int it = min(i0 + tid / tpi, nitems - 1), r = it / C4, c = (it % C4) * 4;
+		float M = NEG_INF, D1 = 0, D2 = 0;
+		float4 A1 = make_float4(0, 0, 0, 0), A2 = A1;
+		for (int s0 = sub; s0 < splits; s0 += 8 * tpi) {
+			float pm[8], pd1[8], pd2[8];
+			float4 pa1[8], pa2[8];
 #pragma unroll
 			for (int u = 0; u < 8; u++) {
-				const float *q = ps + (s0 + u) * PST;
-				bool ok = s0 + u < splits;
+				const int s = s0 + u * tpi;
+				const float *q = ps + (i64)min(s, splits - 1) * PST; // past the end: a valid split, weighted 0
+				const bool ok = s < splits;
 				pm[u] = ok ? ld_cg(q + r) : NEG_INF;
-				pd1[u] = ok ? ld_cg(q + 8 + r) : 0.0f;
-				pd2[u] = ok ? ld_cg(q + 16 + r) : 0.0f;
-				pa1[u] = ok ? ld_cg(q + 24 + r * D + c) : 0.0f;
-				pa2[u] = ok ? ld_cg(q + 24 + 8 * D + r * D + c) : 0.0f;
+				pd1[u] = ld_cg(q + 8 + r);
+				pd2[u] = PX ? ld_cg(q + 16 + r) : 0.0f;
+				pa1[u] = dec_ld4(q + 24 + r * D + c);
+				pa2[u] = PX ? dec_ld4(q + 24 + 8 * D + r * D + c) : make_float4(0, 0, 0, 0);
+				if (!ok) {
+					pd1[u] = pd2[u] = 0.0f;
+					pa1[u] = pa2[u] = make_float4(0, 0, 0, 0);
+				}
 			}
 			float Mn = M;
 #pragma unroll
 			for (int u = 0; u < 8; u++) Mn = fmaxf(Mn, pm[u]);
-			float Mu = Mn == NEG_INF ? 0.0f : Mn, f = exp2f(M - Mu);
+			const float Mu = Mn == NEG_INF ? 0.0f : Mn, f = exp2f(M - Mu);
 			D1 *= f;
 			D2 *= f;
-			A1 *= f;
-			A2 *= f;
+			A1.x *= f, A1.y *= f, A1.z *= f, A1.w *= f;
+			A2.x *= f, A2.y *= f, A2.z *= f, A2.w *= f;
 #pragma unroll
 			for (int u = 0; u < 8; u++) {
-				float w = exp2f(pm[u] - Mu);
+				const float w = exp2f(pm[u] - Mu);
 				D1 += w * pd1[u];
 				D2 += w * pd2[u];
-				A1 += w * pa1[u];
-				A2 += w * pa2[u];
+				A1.x += w * pa1[u].x, A1.y += w * pa1[u].y, A1.z += w * pa1[u].z, A1.w += w * pa1[u].w;
+				A2.x += w * pa2[u].x, A2.y += w * pa2[u].y, A2.z += w * pa2[u].z, A2.w += w * pa2[u].w;
 			}
 			M = Mn;
 		}
-		finish(r, c, D1, D2, A1, A2);
+		for (int o = 1; o < tpi; o <<= 1) {
+			const float Mo = __shfl_xor_sync(0xffffffffu, M, o);
+			const float Mn = fmaxf(M, Mo), Mu = Mn == NEG_INF ? 0.0f : Mn;
+			const float f = exp2f(M - Mu), fo = exp2f(Mo - Mu);
+			auto mix = [&](float v) { return f * v + fo * __shfl_xor_sync(0xffffffffu, v, o); };
+			D1 = mix(D1), D2 = mix(D2);
+			A1.x = mix(A1.x), A1.y = mix(A1.y), A1.z = mix(A1.z), A1.w = mix(A1.w);
+			A2.x = mix(A2.x), A2.y = mix(A2.y), A2.z = mix(A2.z), A2.w = mix(A2.w);
+			M = Mn;
+		}
+		if (sub == 0 && i0 + tid / tpi < nitems) {
+			const u32 lo = (u32)f2bf(fin(D1, D2, A1.x, A2.x)) | ((u32)f2bf(fin(D1, D2, A1.y, A2.y)) << 16);
+			const u32 hi = (u32)f2bf(fin(D1, D2, A1.z, A2.z)) | ((u32)f2bf(fin(D1, D2, A1.w, A2.w)) << 16);
+			*(uint2 *)(orow(r) + c) = make_uint2(lo, hi);
+		}
 	}
 	if (tid == 0) counters[b * Hkv + hk] = 0; // ready for the next call
 }
 
-#define DEC(D)                                                                                                           \
-	extern "C" __global__ void __launch_bounds__(128) attn_dec_mma_d##D##_px(                                              \
+// attn_dec_mma_d<D>_<px|sm>: 3 stages; attn_dec_mma_s<S>_d<D>_<px|sm>: S.
+#define DECK(D, S, NAME, PXV, KIND)                                                                                    \
+	extern "C" __global__ void __launch_bounds__(128) NAME##KIND(                                                      \
 	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, u16 *O, const int *lens, int Hq, int Hkv, int Lq, int Cap, \
 	    float scale, int window, int splits, float *part, int *counters, int *err) {                                     \
-		dec_impl<D, true>(Q, R, K, V, O, lens, Hq, Hkv, Lq, Cap, scale, window, splits, part, counters, err);           \
-	}                                                                                                                    \
-	extern "C" __global__ void __launch_bounds__(128) attn_dec_mma_d##D##_sm(                                              \
-	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, u16 *O, const int *lens, int Hq, int Hkv, int Lq, int Cap, \
-	    float scale, int window, int splits, float *part, int *counters, int *err) {                                     \
-		dec_impl<D, false>(Q, R, K, V, O, lens, Hq, Hkv, Lq, Cap, scale, window, splits, part, counters, err);          \
+		dec_impl<D, PXV, S>(Q, R, K, V, O, lens, Hq, Hkv, Lq, Cap, scale, window, splits, part, counters, err);         \
 	}
+#define DEC(D)                                                                                                           \
+	DECK(D, 3, attn_dec_mma_d##D, true, _px)                                                                         \
+	DECK(D, 3, attn_dec_mma_d##D, false, _sm)                                                                        \
+	DECK(D, 4, attn_dec_mma_s4_d##D, true, _px)                                                                      \
+	DECK(D, 4, attn_dec_mma_s4_d##D, false, _sm)                                                                     \
+	DECK(D, 6, attn_dec_mma_s6_d##D, true, _px)                                                                      \
+	DECK(D, 6, attn_dec_mma_s6_d##D, false, _sm)
 DEC(16)
 DEC(32)
 DEC(64)

@@ -5,12 +5,55 @@
 // one warp streams one weight row with 16-byte loads, four in flight per
 // lane, against the M activation rows (small: they stay in L1), and
 // reduces across the warp in f32.
+//
+// The gemv_norm_* kernels also apply the RMSNorm that precedes the
+// products in a pre-norm block (engine.NormLinear): with
+// h = x rstd g (rstd = 1/sqrt(mean(x^2) + eps) per row, g the norm's
+// weight), h w^T = rstd (x (g w)^T), so each block first sums the squares
+// of its rows (warp m row m, from L2: 2 KB a row at K = 1024) into shared
+// memory, multiplies each weight chunk by g as it arrives and scales the
+// reduced sums by rstd. h is never stored, and never rounded.
+//
+// Every kernel starts the same way: it lets the next kernel of
+// the stream launch (programmatic dependent launch, where the host asked
+// for it), asks the L2 for its block's weight rows, which is safe before
+// waiting because the L2 is coherent, and only then waits for the kernels
+// before it and reads x or out. Under PDL the weights thus stream in while
+// the previous kernel finishes.
 #include "common.cuh"
 
-// gemv_row computes column n of out for the M rows of x.
+// gemv_prefetch asks the L2 for rows n0.. (8 at most, those below N) of
+// the 16-bit weight w [N, K]: this block's.
+__device__ __forceinline__ void gemv_prefetch(const void *w, int n0, int N, int K) {
+	if (threadIdx.x == 0 && n0 < N) l2_prefetch((const u16 *)w + (i64)n0 * K, (u32)(min(8, N - n0) * K * 2));
+}
+
+// gemv_rstd writes rstd[m] = 1/sqrt(mean(x_m^2) + eps) of the M rows of
+// x [M, K] (warp m sums row m; 8 warps a block) and synchronises the
+// block; f32 sums, as the rmsnorm kernels'.
 template <int M>
+__device__ __forceinline__ void gemv_rstd(float *rstd, const void *x, int dt, int K, float eps) {
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	if (warp < M) {
+		float ss = 0;
+#pragma unroll 4
+		for (int k = lane * 8; k < K; k += 256) {
+			float v[8];
+			ld8f(x, dt, (i64)warp * K + k, v);
+#pragma unroll
+			for (int j = 0; j < 8; j++) ss += v[j] * v[j];
+		}
+		ss = warp_sum(ss);
+		if (lane == 0) rstd[warp] = 1.0f / sqrtf(ss / (float)K + eps);
+	}
+	__syncthreads();
+}
+
+// gemv_row computes column n of out for the M rows of x. NORM: the rows
+// are normed first (g [K] of dtype dtg, rstd from gemv_rstd).
+template <int M, bool NORM>
 __device__ __forceinline__ void gemv_row(void *out, int dto, const void *x, const void *w, int dt, int N, int K,
-                                         int accumulate, int n) {
+                                         int accumulate, int n, const void *g, int dtg, const float *rstd) {
 	int lane = threadIdx.x & 31;
 	if (n >= N) return;
 	float s[M];
@@ -28,6 +71,12 @@ __device__ __forceinline__ void gemv_row(void *out, int dto, const void *x, cons
 		for (int u = 0; u < 4; u++) {
 			int k = k0 + u * 256;
 			if (k >= K) break;
+			if (NORM) {
+				float gv[8];
+				ld8f(g, dtg, k, gv);
+#pragma unroll
+				for (int j = 0; j < 8; j++) wv[u][j] *= gv[j];
+			}
 #pragma unroll
 			for (int m = 0; m < M; m++) {
 				float xv[8];
@@ -41,6 +90,7 @@ __device__ __forceinline__ void gemv_row(void *out, int dto, const void *x, cons
 	for (int m = 0; m < M; m++) {
 		float v = warp_sum(s[m]);
 		if (lane == 0) {
+			if (NORM) v *= rstd[m];
 			i64 o = (i64)m * N + n;
 			if (accumulate) v += ldf(out, dto, o);
 			stf(out, dto, o, v);
@@ -52,23 +102,24 @@ __device__ __forceinline__ void gemv_row(void *out, int dto, const void *x, cons
 // launch: block b works on weight i for b in [b_i, b_{i+1}), the blocks of
 // each weight ceil(N_i / 8) (a warp per output column).
 struct gemv_set {
-	void *out[4];
-	const void *w[4];
-	int n[4];
-	int first[5]; // first block of each weight; first[count] = the grid
+	void *out0, *out1, *out2, *out3;
+	const void *w0, *w1, *w2, *w3;
+	int n_0, n_1, n_2, n_3;
+	int first0, first1, first2, first3, first4; // first block of each weight; first[count] = the grid
 };
 
 // gemv_swiglu_row computes column n of act = silu(x wg^T) * (x wu^T) for
 // the M rows of x: the gate and up rows of the MLP read together, the
-// products kept in f32 up to the activation.
-template <int M>
+// products kept in f32 up to the activation. NORM as for gemv_row.
+template <int M, bool NORM>
 __device__ __forceinline__ void gemv_swiglu_row(void *act, int dto, const void *x, const void *wg, const void *wu,
-                                                int dt, int N, int K, int n) {
+                                                int dt, int N, int K, int n, const void *g, int dtg,
+                                                const float *rstd) {
 	int lane = threadIdx.x & 31;
 	if (n >= N) return;
-	float g[M], u[M];
+	float gs[M], us[M];
 #pragma unroll
-	for (int m = 0; m < M; m++) g[m] = 0.0f, u[m] = 0.0f;
+	for (int m = 0; m < M; m++) gs[m] = 0.0f, us[m] = 0.0f;
 	const i64 row = (i64)n * K;
 	for (int k0 = lane * 8; k0 < K; k0 += 32 * 8 * 2) {
 		float gv[2][8], uv[2][8];
@@ -81,38 +132,89 @@ __device__ __forceinline__ void gemv_swiglu_row(void *act, int dto, const void *
 		for (int q = 0; q < 2; q++) {
 			int k = k0 + q * 256;
 			if (k >= K) break;
+			if (NORM) {
+				float nv[8];
+				ld8f(g, dtg, k, nv);
+#pragma unroll
+				for (int j = 0; j < 8; j++) gv[q][j] *= nv[j], uv[q][j] *= nv[j];
+			}
 #pragma unroll
 			for (int m = 0; m < M; m++) {
 				float xv[8];
 				ld8f(x, dt, (i64)m * K + k, xv);
 #pragma unroll
-				for (int j = 0; j < 8; j++) g[m] = fmaf(xv[j], gv[q][j], g[m]), u[m] = fmaf(xv[j], uv[q][j], u[m]);
+				for (int j = 0; j < 8; j++) gs[m] = fmaf(xv[j], gv[q][j], gs[m]), us[m] = fmaf(xv[j], uv[q][j], us[m]);
 			}
 		}
 	}
 #pragma unroll
 	for (int m = 0; m < M; m++) {
-		float gs = warp_sum(g[m]), us = warp_sum(u[m]);
-		if (lane == 0) stf(act, dto, (i64)m * N + n, gs / (1.0f + expf(-gs)) * us);
+		float a = warp_sum(gs[m]), b = warp_sum(us[m]);
+		if (lane == 0) {
+			if (NORM) a *= rstd[m], b *= rstd[m];
+			stf(act, dto, (i64)m * N + n, a / (1.0f + expf(-a)) * b);
+		}
 	}
 }
+
+// GEMV_WEIGHT declares the weight (out, w, N) of this block of a gemv_set
+// launch s and its first column n0. The fields are named, not arrays: a
+// kernel parameter indexed by a variable is copied to the stack first.
+#define PICK4(a, i) ((i) == 0 ? s.a##0 : (i) == 1 ? s.a##1 : (i) == 2 ? s.a##2 : s.a##3)
+#define GEMV_WEIGHT(s)                                                                                             \
+	const int b_ = blockIdx.x, i_ = (b_ >= s.first1) + (b_ >= s.first2) + (b_ >= s.first3);                       \
+	void *out = PICK4(out, i_);                                                                                    \
+	const void *w = PICK4(w, i_);                                                                                  \
+	const int N = PICK4(n_, i_), n0 = (b_ - PICK4(first, i_)) * 8
 
 #define GEMV(MM)                                                                                                   \
 	extern "C" __global__ void __launch_bounds__(256) gemv_m##MM(void *out, int dto, const void *x, const void *w, \
 	                                                            int dt, int N, int K, int accumulate) {           \
-		gemv_row<MM>(out, dto, x, w, dt, N, K, accumulate, (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5)); \
+		pdl_trigger();                                                                                             \
+		gemv_prefetch(w, blockIdx.x * 8, N, K);                                                                    \
+		pdl_wait();                                                                                                \
+		gemv_row<MM, false>(out, dto, x, w, dt, N, K, accumulate,                                                  \
+		                    (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5), 0, 0, 0);                    \
 	}                                                                                                              \
 	extern "C" __global__ void __launch_bounds__(256) gemv_multi_m##MM(gemv_set s, int dto, const void *x, int dt, \
 	                                                                  int K) {                                    \
-		int i = 0;                                                                                                 \
-		while (i < 3 && (int)blockIdx.x >= s.first[i + 1]) i++;                                                    \
-		int n = ((int)blockIdx.x - s.first[i]) * 8 + (threadIdx.x >> 5);                                           \
-		gemv_row<MM>(s.out[i], dto, x, s.w[i], dt, s.n[i], K, 0, n);                                               \
+		GEMV_WEIGHT(s);                                                                                            \
+		pdl_trigger();                                                                                             \
+		gemv_prefetch(w, n0, N, K);                                                                                \
+		pdl_wait();                                                                                                \
+		gemv_row<MM, false>(out, dto, x, w, dt, N, K, 0, n0 + (threadIdx.x >> 5), 0, 0, 0);                        \
 	}                                                                                                              \
 	extern "C" __global__ void __launch_bounds__(256) gemv_swiglu_m##MM(void *act, int dto, const void *x,         \
 	                                                                   const void *wg, const void *wu, int dt,    \
 	                                                                   int N, int K) {                            \
-		gemv_swiglu_row<MM>(act, dto, x, wg, wu, dt, N, K, (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5)); \
+		pdl_trigger();                                                                                             \
+		gemv_prefetch(wg, blockIdx.x * 8, N, K);                                                                   \
+		gemv_prefetch(wu, blockIdx.x * 8, N, K);                                                                   \
+		pdl_wait();                                                                                                \
+		gemv_swiglu_row<MM, false>(act, dto, x, wg, wu, dt, N, K,                                                  \
+		                           (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5), 0, 0, 0);             \
+	}                                                                                                              \
+	extern "C" __global__ void __launch_bounds__(256) gemv_norm_multi_m##MM(                                       \
+	    gemv_set s, int dto, const void *x, int dt, int K, const void *g, int dtg, float eps) {                    \
+		__shared__ float rstd[MM];                                                                                 \
+		GEMV_WEIGHT(s);                                                                                            \
+		pdl_trigger();                                                                                             \
+		gemv_prefetch(w, n0, N, K);                                                                                \
+		pdl_wait();                                                                                                \
+		gemv_rstd<MM>(rstd, x, dt, K, eps);                                                                        \
+		gemv_row<MM, true>(out, dto, x, w, dt, N, K, 0, n0 + (threadIdx.x >> 5), g, dtg, rstd);                    \
+	}                                                                                                              \
+	extern "C" __global__ void __launch_bounds__(256) gemv_norm_swiglu_m##MM(                                      \
+	    void *act, int dto, const void *x, const void *wg, const void *wu, int dt, int N, int K, const void *g,    \
+	    int dtg, float eps) {                                                                                      \
+		__shared__ float rstd[MM];                                                                                 \
+		pdl_trigger();                                                                                             \
+		gemv_prefetch(wg, blockIdx.x * 8, N, K);                                                                   \
+		gemv_prefetch(wu, blockIdx.x * 8, N, K);                                                                   \
+		pdl_wait();                                                                                                \
+		gemv_rstd<MM>(rstd, x, dt, K, eps);                                                                        \
+		gemv_swiglu_row<MM, true>(act, dto, x, wg, wu, dt, N, K,                                                   \
+		                          (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5), g, dtg, rstd);         \
 	}
 GEMV(1)
 GEMV(2)

@@ -20,6 +20,7 @@ var kernels = []string{
 	"rmsnorm",
 	"rope",
 	"normrope",
+	"decode_prep",
 	"embedding",
 	"embedding_bwd",
 	"cross_entropy",
@@ -35,6 +36,11 @@ var kernels = []string{
 	"lla",
 	"gate",
 	"view_attn",
+	"gemv",
+	"argmax",
+	"rownorm",
+	"qmatmul",
+	"qdequant",
 }
 
 // Variants lists every module `go generate` builds.

@@ -1,0 +1,130 @@
+//go:build cgo
+
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/parallax-engine/parallax/engine"
+)
+
+// Host side of the fused decode-step ops: the RMSNorm folded into the
+// matrix-vector products (gemv_norm_* in shaders/cuda/gemv.cu) and the
+// attention inputs' norms, rotations and cache appends in one launch
+// (shaders/cuda/decode_prep.cu).
+
+const decodePrepModule = "decode_prep"
+
+var (
+	_ engine.NormLinear     = (*Device)(nil)
+	_ engine.DecodePreparer = (*Device)(nil)
+)
+
+// NormLinearMulti runs up to four decode products of RMSNorm(x) in one
+// launch (gemv_norm_multi_m*: each block recomputes its rows' sums of
+// squares from x) where LinearMulti would take the products of the normed
+// rows; see engine.NormLinear.
+func (d *Device) NormLinearMulti(outs, ws []*engine.Tensor, x, normW *engine.Tensor, eps float32) (bool, error) {
+	const op = "norm linear multi"
+	k, err := engine.CheckNormLinear(d.own, op, x, normW)
+	if err != nil {
+		return true, err
+	}
+	set, rows, _, blocks, err := d.gemvSet(op, outs, ws, x)
+	if rows == 0 || err != nil || ptr(normW)%16 != 0 {
+		return err != nil, err
+	}
+	return true, d.launch("gemv", fmt.Sprintf("gemv_norm_multi_m%d", rows), [3]int{blocks, 1, 1}, threads256, 0,
+		newArgs().blob(set[:], 8).i(dt(outs[0])).p(ptr(x)).i(dt(x)).i(k).p(ptr(normW)).i(dt(normW)).f(eps))
+}
+
+// NormLinearSwiGLU runs a decode step's post-attention norm, gate and up
+// products and SwiGLU in one launch (gemv_norm_swiglu_m*) where
+// LinearSwiGLU would take the normed rows; see engine.NormLinear.
+func (d *Device) NormLinearSwiGLU(act, x, normW, wGate, wUp *engine.Tensor, eps float32) (bool, error) {
+	const op = "norm linear swiglu"
+	if _, err := engine.CheckNormLinear(d.own, op, x, normW); err != nil {
+		return true, err
+	}
+	dims, rows, err := d.swigluRows(op, act, x, wGate, wUp)
+	if rows == 0 || err != nil || ptr(normW)%16 != 0 {
+		return err != nil, err
+	}
+	return true, d.launch("gemv", fmt.Sprintf("gemv_norm_swiglu_m%d", rows), [3]int{(dims.N + 7) / 8, 1, 1}, threads256, 0,
+		newArgs().p(ptr(act)).i(dt(act)).p(ptr(x)).p(ptr(wGate)).p(ptr(wUp)).i(dt(x)).i(dims.N).i(dims.K).
+			p(ptr(normW)).i(dt(normW)).f(eps))
+}
+
+// decodePrepMaxPairs is the most rotation pairs (D/2) of decode_prep's
+// frequency table (dp_freq).
+const decodePrepMaxPairs = 128
+
+// DecodePrep norms and rotates q, k and r, writes q and r in attention's
+// layout and appends k and v to the caches in one launch (decode_prep:
+// D/16 lanes a row, 16-byte accesses, 4 warps a block); see
+// engine.DecodePreparer. It takes head dimensions whose rows the 16-byte
+// norm+RoPE kernels take (D/16 a power of two up to 32) with
+// D/2 <= decodePrepMaxPairs.
+func (d *Device) DecodePrep(a engine.DecodePrepArgs) (bool, error) {
+	dd, err := engine.CheckDecodePrep(d.own, a)
+	if err != nil {
+		return true, err
+	}
+	lpr := normRoPELanes(dd.D)
+	if lpr == 0 || dd.D/2 > decodePrepMaxPairs {
+		return false, nil
+	}
+	ts := []*engine.Tensor{a.Q, a.K, a.V, a.R, a.QNorm, a.KNorm, a.RNorm, a.QOut, a.ROut, a.KCache, a.VCache}
+	for _, t := range ts {
+		if t != nil && ptr(t)%16 != 0 {
+			return false, nil
+		}
+	}
+	if dd.B*dd.L == 0 {
+		return true, nil
+	}
+	// dp_set: x[4], w[4], out[4] (pointers), dtx[4], dtw[4], dto[4],
+	// heads[4], first[5] (ints), 184 bytes with the tail padding.
+	var set [184]byte
+	xs := [4]*engine.Tensor{a.Q, a.K, a.V, a.R}
+	ws := [4]*engine.Tensor{a.QNorm, a.KNorm, nil, a.RNorm}
+	outs := [4]*engine.Tensor{a.QOut, a.KCache, a.VCache, a.ROut}
+	heads := [4]int{dd.Hq, dd.Hkv, dd.Hkv, dd.Hq}
+	first := 0
+	for i := range 4 {
+		h := heads[i]
+		if xs[i] == nil {
+			h = 0
+		}
+		binary.LittleEndian.PutUint32(set[160+4*i:], uint32(first))
+		first += dd.B * dd.L * h
+		if h == 0 {
+			continue
+		}
+		binary.LittleEndian.PutUint64(set[8*i:], ptr(xs[i]))
+		binary.LittleEndian.PutUint64(set[64+8*i:], ptr(outs[i]))
+		binary.LittleEndian.PutUint32(set[96+4*i:], uint32(dt(xs[i])))
+		binary.LittleEndian.PutUint32(set[128+4*i:], uint32(dt(outs[i])))
+		binary.LittleEndian.PutUint32(set[144+4*i:], uint32(h))
+		if ws[i] != nil {
+			binary.LittleEndian.PutUint64(set[32+8*i:], ptr(ws[i]))
+			binary.LittleEndian.PutUint32(set[112+4*i:], uint32(dt(ws[i])))
+		}
+	}
+	binary.LittleEndian.PutUint32(set[160+16:], uint32(first))
+	var freq [8 * decodePrepMaxPairs]byte
+	for i, f := range engine.RoPEFrequencies(a.Theta, dd.D) {
+		binary.LittleEndian.PutUint64(freq[8*i:], math.Float64bits(f))
+	}
+	perSeq := 0
+	if a.Pos.Rank() == 2 {
+		perSeq = 1
+	}
+	rowsPerBlock := 4 * (32 / lpr)
+	grid := [3]int{min((first+rowsPerBlock-1)/rowsPerBlock, 1<<16), 1, 1}
+	return true, d.launch(decodePrepModule, "decode_prep", grid, threads128, 0,
+		newArgs().blob(set[:], 8).blob(freq[:], 8).p(ptr(a.Pos)).p(ptr(a.Starts)).
+			i(dd.B).i(dd.L).i(dd.D).i(dd.Cap).i(perSeq).f(a.Eps).i(lpr).p(d.errBuf.ptr))
+}

@@ -1,0 +1,191 @@
+// Weight-only int8 products (engine/cuda/quant.go, docs/ENGINE.md,
+// "Weight-only int8"): out[m, n] (+)= sum_k x[m, k] W[n, k] with
+// W[n, k] = q[n, k] s[n, k / G], q int8 [N, K] and s f32 [N, ceil(K/G)],
+// for a few rows m (M <= 8: a decode step's tokens). A decode step reads
+// each weight once, so the product is bound by the weight's bytes, half of
+// bf16's: one warp streams one weight row with 16-byte loads (16 int8
+// weights, which lie in one scale group when G is a multiple of 16), four
+// in flight per lane, converts them to f32 exactly, dots each with the M
+// activation rows (small: they stay in L1), scales the 16-term sum by its
+// group's scale and reduces across the warp in f32.
+//
+// dequant_i8 writes dequantized rows (q s in f32, rounded to the output's
+// dtype): the tied embedding's lookup, and the whole matrix for products
+// of many rows, which then run as a tensor-core MatMul over it.
+#include "common.cuh"
+
+typedef signed char i8;
+
+// i8x4f converts four packed int8 to f32 exactly: the XOR offsets each byte
+// to b + 128, __byte_perm makes it the low byte of the float 2^23 + b + 128,
+// and the subtraction leaves b. (A cvt per weight would run at a quarter
+// of the rate this kernel needs to keep up with the memory.)
+__device__ __forceinline__ void i8x4f(u32 w, float *f) {
+	u32 u = w ^ 0x80808080u;
+	f[0] = __uint_as_float(__byte_perm(u, 0x4b000000u, 0x7650)) - 8388736.0f;
+	f[1] = __uint_as_float(__byte_perm(u, 0x4b000000u, 0x7651)) - 8388736.0f;
+	f[2] = __uint_as_float(__byte_perm(u, 0x4b000000u, 0x7652)) - 8388736.0f;
+	f[3] = __uint_as_float(__byte_perm(u, 0x4b000000u, 0x7653)) - 8388736.0f;
+}
+
+// i8x16f converts the 16 int8 of a 16-byte load.
+__device__ __forceinline__ void i8x16f(uint4 v, float *f) {
+	i8x4f(v.x, f);
+	i8x4f(v.y, f + 4);
+	i8x4f(v.z, f + 8);
+	i8x4f(v.w, f + 12);
+}
+
+// dot16 is sum_j x[j] w[j] over 16 terms in two interleaved f32 chains.
+__device__ __forceinline__ float dot16(const float *x, const float *w) {
+	float a = 0.0f, b = 0.0f;
+#pragma unroll
+	for (int j = 0; j < 16; j += 2) a = fmaf(x[j], w[j], a), b = fmaf(x[j + 1], w[j + 1], b);
+	return a + b;
+}
+
+// ld16f loads x[i..i+15] (i a multiple of 16, x 16-byte aligned) as f32.
+__device__ __forceinline__ void ld16f(const void *x, int dt, i64 i, float *v) {
+	ld8f(x, dt, i, v);
+	ld8f(x, dt, i + 8, v + 8);
+}
+
+// qgemv_acc adds row n of x W^T to acc[0..M) in this lane's share: the
+// 16-weight chunks lane*16 + 512 j of the row (K a multiple of 16), each
+// scaled by its group's scale (G a multiple of 16, or >= K).
+template <int M>
+__device__ __forceinline__ void qgemv_acc(float *acc, const void *x, int dtx, const i8 *q, const float *s, int K, int G,
+                                          int ng, int n) {
+	int lane = threadIdx.x & 31;
+	const uint4 *qr = (const uint4 *)(q + (i64)n * K);
+	const float *sr = s + (i64)n * ng;
+	for (int k0 = lane * 16; k0 < K; k0 += 32 * 16 * 4) {
+		uint4 wv[4];
+		float sc[4];
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			int k = k0 + u * 512;
+			if (k < K) wv[u] = qr[k >> 4], sc[u] = sr[k / G];
+		}
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			int k = k0 + u * 512;
+			if (k >= K) break;
+			float wf[16];
+			i8x16f(wv[u], wf);
+#pragma unroll
+			for (int m = 0; m < M; m++) {
+				float xv[16];
+				ld16f(x, dtx, (i64)m * K + k, xv);
+				acc[m] = fmaf(sc[u], dot16(xv, wf), acc[m]);
+			}
+		}
+	}
+}
+
+// qgemv_row computes column n of out for the M rows of x.
+template <int M>
+__device__ __forceinline__ void qgemv_row(void *out, int dto, const void *x, int dtx, const i8 *q, const float *s, int N,
+                                          int K, int G, int ng, int accumulate, int n) {
+	if (n >= N) return;
+	float acc[M];
+#pragma unroll
+	for (int m = 0; m < M; m++) acc[m] = 0.0f;
+	qgemv_acc<M>(acc, x, dtx, q, s, K, G, ng, n);
+	int lane = threadIdx.x & 31;
+#pragma unroll
+	for (int m = 0; m < M; m++) {
+		float v = warp_sum(acc[m]);
+		if (lane == 0) {
+			i64 o = (i64)m * N + n;
+			if (accumulate) v += ldf(out, dto, o);
+			stf(out, dto, o, v);
+		}
+	}
+}
+
+// qgemv_set: up to four int8 weights [N_i, K] (one group size) against
+// the same x, in one launch: block b works on weight i for b in
+// [first_i, first_{i+1}), ceil(N_i / 8) blocks each (a warp per output
+// column).
+struct qgemv_set {
+	void *out[4];
+	const i8 *q[4];
+	const float *s[4];
+	int n[4];
+	int first[5]; // first block of each weight; first[count] = the grid
+};
+
+// qgemv_swiglu_row computes column n of act = silu(x Wg^T) * (x Wu^T) for
+// the M rows of x, the gate and up rows read together and the products
+// kept in f32 up to the activation.
+template <int M>
+__device__ __forceinline__ void qgemv_swiglu_row(void *act, int dto, const void *x, int dtx, const i8 *qg,
+                                                 const float *sg, const i8 *qu, const float *su, int N, int K, int G,
+                                                 int ng, int n) {
+	if (n >= N) return;
+	float g[M], u[M];
+#pragma unroll
+	for (int m = 0; m < M; m++) g[m] = 0.0f, u[m] = 0.0f;
+	qgemv_acc<M>(g, x, dtx, qg, sg, K, G, ng, n);
+	qgemv_acc<M>(u, x, dtx, qu, su, K, G, ng, n);
+	int lane = threadIdx.x & 31;
+#pragma unroll
+	for (int m = 0; m < M; m++) {
+		float gs = warp_sum(g[m]), us = warp_sum(u[m]);
+		if (lane == 0) stf(act, dto, (i64)m * N + n, gs / (1.0f + expf(-gs)) * us);
+	}
+}
+
+#define QGEMV(MM)                                                                                                    \
+	extern "C" __global__ void __launch_bounds__(256)                                                                \
+	    qgemv_m##MM(void *out, int dto, const void *x, int dtx, const i8 *q, const float *s, int N, int K, int G,    \
+	                int ng, int accumulate) {                                                                        \
+		qgemv_row<MM>(out, dto, x, dtx, q, s, N, K, G, ng, accumulate,                                               \
+		              (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5));                                     \
+	}                                                                                                                \
+	extern "C" __global__ void __launch_bounds__(256)                                                                \
+	    qgemv_multi_m##MM(qgemv_set st, int dto, const void *x, int dtx, int K, int G, int ng) {                     \
+		int i = 0;                                                                                                   \
+		while (i < 3 && (int)blockIdx.x >= st.first[i + 1]) i++;                                                     \
+		int n = ((int)blockIdx.x - st.first[i]) * 8 + (threadIdx.x >> 5);                                           \
+		qgemv_row<MM>(st.out[i], dto, x, dtx, st.q[i], st.s[i], st.n[i], K, G, ng, 0, n);                            \
+	}                                                                                                                \
+	extern "C" __global__ void __launch_bounds__(256)                                                                \
+	    qgemv_swiglu_m##MM(void *act, int dto, const void *x, int dtx, const i8 *qg, const float *sg, const i8 *qu, \
+	                       const float *su, int N, int K, int G, int ng) {                                           \
+		qgemv_swiglu_row<MM>(act, dto, x, dtx, qg, sg, qu, su, N, K, G, ng,                                          \
+		                     (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5));                              \
+	}
+QGEMV(1)
+QGEMV(2)
+QGEMV(3)
+QGEMV(4)
+QGEMV(5)
+QGEMV(6)
+QGEMV(7)
+QGEMV(8)
+
+// dequant_i8 writes rows of the dequantized weight: block r (of rows, over
+// x and y) writes out[r, :] = q[src, :] s[src, :/G] with src = ids[r], or
+// r when ids is null. An id outside [0, N) raises error 1 (as the
+// embedding does) and leaves its row zero.
+extern "C" __global__ void __launch_bounds__(256) dequant_i8(void *out, int dto, const i8 *q, const float *s,
+                                                             const int *ids, i64 rows, int N, int K, int G, int ng,
+                                                             int *err) {
+	i64 r = (i64)blockIdx.y * gridDim.x + blockIdx.x;
+	if (r >= rows) return;
+	i64 src = r;
+	if (ids) {
+		int id = ids[r];
+		if (id < 0 || id >= N) {
+			if (threadIdx.x == 0) raise_error(err, 1, id, (int)r, N);
+			for (int c = threadIdx.x; c < K; c += blockDim.x) stf(out, dto, r * K + c, 0.0f);
+			return;
+		}
+		src = id;
+	}
+	const i8 *qr = q + src * K;
+	const float *sr = s + src * ng;
+	for (int c = threadIdx.x; c < K; c += blockDim.x) stf(out, dto, r * K + c, (float)qr[c] * sr[c / G]);
+}

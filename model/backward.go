@@ -90,8 +90,9 @@ func (m *Model) blockBackward(r *rec, l int, a *Activations, x *engine.Tensor) {
 	r.swigluBackward(g.dgate, g.dup, g.dh, la.gate, la.up)
 	r.linearBackward(g.dln, blk.Gate.G, g.dgate, la.ln2, blk.Gate.compute(), false)
 	r.linearBackward(g.dln, blk.Up.G, g.dup, la.ln2, blk.Up.compute(), true)
-	r.rmsnormBackward(g.dtmp, blk.PostNorm.G, g.dln, la.mid, blk.PostNorm.W, la.ln2Rstd)
-	r.add(g.dres, g.dres, g.dtmp) // g.dres = dL/dmid
+	// g.dres += the norm's input gradient: g.dres = dL/dmid (g.dtmp is
+	// the scratch where the device does not add in the norm's pass).
+	r.rmsnormBackwardAdd(g.dres, blk.PostNorm.G, g.dln, la.mid, blk.PostNorm.W, la.ln2Rstd, g.dtmp)
 
 	// Attention: mid = x + W_O attT.
 	r.linearBackward(mat(g.dattT, qd), blk.O.G, g.dres, mat(la.attT, qd), blk.O.compute(), false)
@@ -124,8 +125,7 @@ func (m *Model) blockBackward(r *rec, l int, a *Activations, x *engine.Tensor) {
 		}
 		r.linearBackward(g.dln, blk.R.G, mat(g.dr, qd), la.ln1, blk.R.compute(), true)
 	}
-	r.rmsnormBackward(g.dtmp, blk.InputNorm.G, g.dln, x, blk.InputNorm.W, la.ln1Rstd)
-	r.add(g.dres, g.dres, g.dtmp) // g.dres = dL/dx
+	r.rmsnormBackwardAdd(g.dres, blk.InputNorm.G, g.dln, x, blk.InputNorm.W, la.ln1Rstd, g.dtmp) // g.dres = dL/dx
 }
 
 // headBackwardPadded is the head's backward over a padded vocabulary:

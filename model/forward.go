@@ -302,14 +302,15 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 
 	r.swap(la.attT, la.att)
 	// In place (x == out, inference) the residual adds accumulate into the
-	// stream itself and the two copies go.
+	// stream itself. Training keeps x and mid: the products read the
+	// residual apart from their result (linearResidual), so no copy.
 	mid := la.mid
 	if x == out {
 		mid = x
+		r.linearAdd(mid, mat(la.attT, qd), blk.O.compute())
 	} else {
-		r.copy(mid, x)
+		r.linearResidual(mid, x, mat(la.attT, qd), blk.O.compute())
 	}
-	r.linearAdd(mid, mat(la.attT, qd), blk.O.compute())
 
 	if !fused {
 		r.rmsnorm(la.ln2, la.ln2Rstd, mid, blk.PostNorm.W, eps)
@@ -325,10 +326,11 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 	default:
 		r.linearSwiGLU(la.act, la.gate, la.up, la.ln2, blk.Gate.compute(), blk.Up.compute())
 	}
-	if x != out {
-		r.copy(out, mid)
+	if x == out {
+		r.linearAdd(out, la.act, blk.Down.compute())
+	} else {
+		r.linearResidual(out, mid, la.act, blk.Down.compute())
 	}
-	r.linearAdd(out, la.act, blk.Down.compute())
 }
 
 // lossStats downloads the per-token losses and reduces them in float64.

@@ -52,6 +52,38 @@ func (r *rec) linearAdd(y, x, w *engine.Tensor) {
 	}
 }
 
+// linearResidual is y = res + x W^T with res apart from y (a projection
+// into a new residual stream, engine.LinearResidual: one product where the
+// device takes it, else the copy and an accumulating product). An int8 W
+// takes the copy and an accumulating LinearInt8. With trainFusion off it
+// is the copy and linearAdd.
+func (r *rec) linearResidual(y, res, x, w *engine.Tensor) {
+	if q := r.int8Of("linear", w); q != nil || !trainFusion {
+		r.copy(y, res)
+		r.linearAdd(y, x, w)
+	} else if r.err == nil {
+		r.fail("linear", engine.LinearResidual(r.dev, y, res, x, w))
+	}
+}
+
+// rmsnormBackwardAdd is dx += the RMSNorm input gradient (dw accumulating
+// as rmsnormBackward's): engine.RMSNormBackwardAdd, one pass where the
+// device takes it, else the backward into tmp and an add (which trainFusion
+// off always runs).
+func (r *rec) rmsnormBackwardAdd(dx, dw, dOut, x, w, rstd, tmp *engine.Tensor) {
+	if !trainFusion {
+		r.rmsnormBackward(tmp, dw, dOut, x, w, rstd)
+		r.add(dx, dx, tmp)
+	} else if r.err == nil {
+		r.fail("rmsnorm backward", engine.RMSNormBackwardAdd(r.dev, dx, dw, dOut, x, w, rstd, tmp))
+	}
+}
+
+// trainFusion runs the training step's fused residual ops (rec.linearResidual,
+// rec.rmsnormBackwardAdd) in place of the ops they compose; the tests turn
+// it off to compare the two paths.
+var trainFusion = true
+
 // linearBackward is the backward of y = x W^T: dx = dy W (dx += dy W when
 // addDX, to sum the gradients of projections sharing one input) and
 // dW += dy^T x.

@@ -52,6 +52,22 @@ func (d *Device) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) error {
 // means and the dW partial sums (one per worker, combined in order)
 // accumulate in float64.
 func (d *Device) RMSNormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor) error {
+	return d.rmsnormBackward(dX, dW, dOut, x, w, rstd, false)
+}
+
+// RMSNormBackwardAccumulate is RMSNormBackward adding the input gradient
+// into dX (engine.RMSNormBackwardAccumulator): each element's gradient is
+// formed in f32 as RMSNormBackward's and added to dX in f32, so for an f32
+// dX the result is bit for bit that of RMSNormBackward into a scratch and
+// AddScaled; a 16-bit dX is rounded once (the composition rounds twice).
+func (d *Device) RMSNormBackwardAccumulate(dX, dW, dOut, x, w, rstd *engine.Tensor) (bool, error) {
+	if dX == dOut || dX == x {
+		return false, &engine.ArgError{Op: "rmsnorm backward", Operand: "dX", Msg: "an accumulating dX must not alias dOut or x"}
+	}
+	return true, d.rmsnormBackward(dX, dW, dOut, x, w, rstd, true)
+}
+
+func (d *Device) rmsnormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor, addDX bool) error {
 	rows, n, err := engine.CheckRMSNormBackward(d.own, dX, dW, dOut, x, w, rstd)
 	if err != nil {
 		return err
@@ -84,9 +100,18 @@ func (d *Device) RMSNormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor) error 
 				}
 				mean := float32(dot / float64(n))
 				dr := dv.span(dbuf, r*n, (r+1)*n)
-				for i, g := range gr {
-					xh := xr[i] * s
-					dr[i] = s * (g*wf[i] - xh*mean)
+				if addDX {
+					// The row's current values (f32: the storage itself).
+					dr = dv.read(dbuf, r*n, (r+1)*n)
+					for i, g := range gr {
+						xh := xr[i] * s
+						dr[i] += float32(s * (g*wf[i] - xh*mean))
+					}
+				} else {
+					for i, g := range gr {
+						xh := xr[i] * s
+						dr[i] = s * (g*wf[i] - xh*mean)
+					}
 				}
 				dv.commit(dr, r*n)
 			}
@@ -103,3 +128,5 @@ func (d *Device) RMSNormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor) error 
 	commit()
 	return nil
 }
+
+var _ engine.RMSNormBackwardAccumulator = (*Device)(nil)

@@ -121,6 +121,12 @@ func alignOf(p uint64) C.int {
 // gemm runs the product on device pointers: inputs of dtype in, output of
 // dtype outT.
 func (d *Device) gemm(dims engine.MatMulDims, o engine.MatMulOpts, pa, pb, po uint64, in, outT engine.DType) error {
+	return d.gemmCD(dims, o, pa, pb, po, po, in, outT)
+}
+
+// gemmCD is gemm with the result pd apart from the addend pc (read when
+// o.Accumulate; ltRunCD), both of dtype outT and out's shape.
+func (d *Device) gemmCD(dims engine.MatMulDims, o engine.MatMulOpts, pa, pb, pc, pd uint64, in, outT engine.DType) error {
 	M, N, K := dims.M, dims.N, dims.K
 	es := int64(in.Size())
 	g := C.pxcu_gemm{
@@ -143,17 +149,18 @@ func (d *Device) gemm(dims engine.MatMulDims, o engine.MatMulOpts, pa, pb, po ui
 	}
 	g.stridea, g.strideb, g.stridec = C.longlong(K*N), C.longlong(M*K), C.longlong(M*N)
 	if !dims.SharedB {
-		return d.ltRun(&g, pb, pa, po)
+		return d.ltRunCD(&g, pb, pa, pc, pd)
 	}
 	g.stridea = 0
 	if !o.TransA {
 		g.n, g.batch, g.strideb, g.stridec = C.int(dims.Batch*M), 1, 0, 0
-		return d.ltRun(&g, pb, pa, po)
+		return d.ltRunCD(&g, pb, pa, pc, pd)
 	}
 	g.batch, g.strideb, g.stridec = 1, 0, 0
 	os := int64(outT.Size())
 	for i := 0; i < dims.Batch; i++ {
-		if err := d.ltRun(&g, pb, pa+uint64(int64(i)*int64(M*K)*es), po+uint64(int64(i)*int64(M*N)*os)); err != nil {
+		off := uint64(int64(i) * int64(M*N) * os)
+		if err := d.ltRunCD(&g, pb, pa+uint64(int64(i)*int64(M*K)*es), pc+off, pd+off); err != nil {
 			return err
 		}
 	}

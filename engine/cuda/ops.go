@@ -154,6 +154,32 @@ func (d *Device) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) error {
 // RMSNormBackward computes dX per row and accumulates dW by a column
 // reduction into an f32 scratch.
 func (d *Device) RMSNormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor) error {
+	return d.rmsnormBackward(dX, dW, dOut, x, w, rstd, false)
+}
+
+// RMSNormBackwardAccumulate is RMSNormBackward with dX += the input
+// gradient, read, added in f32 and written by the same pass (rmsnorm_bwd8
+// or rmsnorm_bwd with acc; engine.RMSNormBackwardAccumulator). dX must not
+// overlap dOut or x.
+func (d *Device) RMSNormBackwardAccumulate(dX, dW, dOut, x, w, rstd *engine.Tensor) (bool, error) {
+	if _, _, err := engine.CheckRMSNormBackward(d.own, dX, dW, dOut, x, w, rstd); err != nil {
+		return false, err
+	}
+	if overlaps(dX, dOut) || overlaps(dX, x) {
+		return false, &engine.ArgError{Op: "rmsnorm backward", Operand: "dX", Msg: "an accumulating dX must not overlap dOut or x"}
+	}
+	return true, d.rmsnormBackward(dX, dW, dOut, x, w, rstd, true)
+}
+
+// overlaps reports whether the device memory of a and b overlaps.
+func overlaps(a, b *engine.Tensor) bool {
+	pa, pb := ptr(a), ptr(b)
+	ea := pa + uint64(a.Numel()*a.DType().Size())
+	eb := pb + uint64(b.Numel()*b.DType().Size())
+	return pa < eb && pb < ea
+}
+
+func (d *Device) rmsnormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor, accumulate bool) error {
 	rows, n, err := engine.CheckRMSNormBackward(d.own, dX, dW, dOut, x, w, rstd)
 	if err != nil {
 		return err
@@ -161,13 +187,17 @@ func (d *Device) RMSNormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor) error 
 	if rows == 0 || n == 0 {
 		return nil
 	}
+	addDX := 0
+	if accumulate {
+		addDX = 1
+	}
 	var err2 error
 	if lpr := lanesPerRow(n); lpr > 0 {
 		err2 = d.launch(ew, "rmsnorm_bwd8", warpRowGrid((rows+32/lpr-1)/(32/lpr)), threads256, 0,
-			newArgs().p(ptr(dX)).i(dt(dX)).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).p(ptr(rstd)).l(int64(rows)).i(n).i(lpr))
+			newArgs().p(ptr(dX)).i(dt(dX)).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).p(ptr(rstd)).l(int64(rows)).i(n).i(lpr).i(addDX))
 	} else {
 		err2 = d.launch(ew, "rmsnorm_bwd", warpRowGrid(rows), threads256, 0,
-			newArgs().p(ptr(dX)).i(dt(dX)).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).p(ptr(rstd)).l(int64(rows)).i(n))
+			newArgs().p(ptr(dX)).i(dt(dX)).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).p(ptr(rstd)).l(int64(rows)).i(n).i(addDX))
 	}
 	if err2 != nil {
 		return err2

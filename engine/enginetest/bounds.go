@@ -248,3 +248,24 @@ func adamwErr(p, g, m, pn, mn, vn []float64, o engine.AdamWOpts) (ep, em []float
 	}
 	return ep, em
 }
+
+// accumTol is the tolerance of want = a + p for an addend a exact in dt
+// (an input: a residual stream or its gradient) and a computed term p of
+// relative max-norm tolerance tolP (max|p err| <= tolP max|p|), the sum
+// rounded to dt: once where the term is added in f32 (a fused pass), or
+// after p itself is rounded to dt (a composition through a scratch), u
+// each. The absolute error is then at most tolP max|p| + u max|p| +
+// u max|want|, which is returned relative to max|want| (with the
+// elementwise floor Tol(dt, 1)).
+func accumTol(dt engine.DType, tolP float64, p, want []float64) float64 {
+	var pm, wm float64
+	for i := range p {
+		pm = max(pm, math.Abs(p[i]))
+		wm = max(wm, math.Abs(want[i]))
+	}
+	if wm == 0 {
+		return Tol(dt, 1)
+	}
+	u := unitRoundoff(dt)
+	return max(Tol(dt, 1), ((tolP+u)*pm+u*wm)/wm)
+}

@@ -309,10 +309,12 @@ extern "C" __global__ void rmsnorm(void *out, int dto, float *rstd, const void *
 }
 
 // rmsnorm_bwd: dX = rstd (gy - xhat mean(gy xhat)), gy = dOut w, one warp
-// per row as rmsnorm (the same f32 sums). Each element is read before the
-// same lane writes it, so dX may alias dOut.
+// per row as rmsnorm (the same f32 sums); with acc, dX += that instead (the
+// lane that writes an element reads its old value first, the sum in f32
+// rounded once; dX must then not alias dOut or x). Each element is read
+// before the same lane writes it, so a plain dX may alias dOut.
 extern "C" __global__ void rmsnorm_bwd(void *dx, int dtdx, const void *dout, int dtdo, const void *x, int dtx,
-                                       const void *w, int dtw, const float *rstd, i64 rows, int N) {
+                                       const void *w, int dtw, const float *rstd, i64 rows, int N, int acc) {
 	int lane = threadIdx.x & 31;
 	i64 step = (i64)gridDim.x * (blockDim.x >> 5);
 	bool pairs = (N & 1) == 0;
@@ -330,11 +332,20 @@ extern "C" __global__ void rmsnorm_bwd(void *dx, int dtdx, const void *dout, int
 		if (pairs)
 			for (int c = 2 * lane; c < N; c += 64) {
 				pair g = ld2f(dout, dtdo, base + c), wv = ld2f(w, dtw, c), xv = ld2f(x, dtx, base + c);
-				st2f(dx, dtdx, base + c, s * (g.x * wv.x - xv.x * k), s * (g.y * wv.y - xv.y * k));
+				float ox = s * (g.x * wv.x - xv.x * k), oy = s * (g.y * wv.y - xv.y * k);
+				if (acc) {
+					pair o = ld2f(dx, dtdx, base + c);
+					ox += o.x;
+					oy += o.y;
+				}
+				st2f(dx, dtdx, base + c, ox, oy);
 			}
 		else
-			for (int c = lane; c < N; c += 32)
-				stf(dx, dtdx, base + c, s * (ldf(dout, dtdo, base + c) * ldf(w, dtw, c) - ldf(x, dtx, base + c) * k));
+			for (int c = lane; c < N; c += 32) {
+				float o = s * (ldf(dout, dtdo, base + c) * ldf(w, dtw, c) - ldf(x, dtx, base + c) * k);
+				if (acc) o += ldf(dx, dtdx, base + c);
+				stf(dx, dtdx, base + c, o);
+			}
 	}
 }
 
@@ -381,7 +392,7 @@ extern "C" __global__ void rmsnorm8(void *out, int dto, float *rstd, const void 
 }
 
 extern "C" __global__ void rmsnorm_bwd8(void *dx, int dtdx, const void *dout, int dtdo, const void *x, int dtx,
-                                        const void *w, int dtw, const float *rstd, i64 rows, int N, int lpr) {
+                                        const void *w, int dtw, const float *rstd, i64 rows, int N, int lpr, int acc) {
 	int lane = threadIdx.x & 31, sub = lane & (lpr - 1), rpw = 32 / lpr;
 	i64 warp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), nwarps = (i64)gridDim.x * (blockDim.x >> 5);
 	for (i64 r0 = warp * rpw; r0 < rows; r0 += nwarps * rpw) {
@@ -408,6 +419,11 @@ extern "C" __global__ void rmsnorm_bwd8(void *dx, int dtdx, const void *dout, in
 			ld8f(x, dtx, base + c, xv);
 #pragma unroll
 			for (int k = 0; k < 8; k++) g[k] = sc * (g[k] * wv[k] - xv[k] * kk);
+			if (acc) {
+				ld8f(dx, dtdx, base + c, xv); // the old dX (x is read no more)
+#pragma unroll
+				for (int k = 0; k < 8; k++) g[k] += xv[k];
+			}
 			st8f(dx, dtdx, base + c, g);
 		}
 	}

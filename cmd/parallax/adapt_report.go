@@ -16,6 +16,8 @@ import (
 const reportUsage = `
 Usage:
   parallax report adapt [--base DIR] [--out DIR] RUN...
+  parallax report study --dir OUT [--out DIR] [--json]   (see report study --help)
+  parallax report study-control PRESET heads|headdim
 
 adapt summarises an adaptation study (scripts/device-adapt.sh): one
 pretrained softmax model continued for equal tokens as (a) softmax and (b)
@@ -59,13 +61,25 @@ const (
 func runReport(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		if len(args) == 0 {
-			return usagef("want a subcommand: adapt")
+			return usagef("want a subcommand: adapt, study or study-control")
 		}
 		newFlagSet("report", reportUsage, reportExamples, stdout).Usage()
 		return errHelp
 	}
-	if args[0] != "adapt" {
-		return usagef("unknown subcommand %q (want adapt)", args[0])
+	switch args[0] {
+	case "study":
+		if err := runReportStudy(args[1:], stdout, stderr); err != nil {
+			return &subcommandError{path: "report study", err: err}
+		}
+		return nil
+	case "study-control":
+		if err := runReportStudyControl(args[1:], stdout); err != nil {
+			return &subcommandError{path: "report study-control", err: err}
+		}
+		return nil
+	case "adapt":
+	default:
+		return usagef("unknown subcommand %q (want adapt, study or study-control)", args[0])
 	}
 	if err := runReportAdapt(args[1:], stdout, stderr); err != nil {
 		return &subcommandError{path: "report adapt", err: err}

@@ -92,7 +92,7 @@ func TestReportAdaptErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{"no subcommand", nil, 2, "want a subcommand: adapt"},
+		{"no subcommand", nil, 2, "want a subcommand: adapt, study or study-control"},
 		{"unknown subcommand", []string{"frobnicate"}, 2, `unknown subcommand "frobnicate"`},
 		{"help", []string{"--help"}, 0, ""},
 		{"adapt help", []string{"adapt", "--help"}, 0, ""},

@@ -50,7 +50,7 @@ func commands() []command {
 		{"data", "tokenize a large text or JSONL file into training shards", runData},
 		{"export", "write a model as a Hugging Face folder", runExport},
 		{"quantize", "write a model's weights as weight-only int8", runQuantize},
-		{"report", "summarise training runs: the adaptation study's table and curves", runReport},
+		{"report", "summarise training runs: the adaptation and quality studies' tables and curves", runReport},
 		{"tokenizer", "train a BPE tokenizer, encode, decode or render a chat template", runTokenizer},
 		{"version", "print the version", runVersion},
 		{"help", "show help for a command", runHelp},

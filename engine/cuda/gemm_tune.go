@@ -164,6 +164,11 @@ func (d *Device) timeAlgos(g *C.pxcu_gemm, pa, pb uint64, algos []ltAlgo) (best 
 	if g.batch > 1 {
 		n = int64(g.stridec)*int64(g.batch-1) + int64(g.ldc)*int64(g.n)
 	}
+	// Timing syncs and reads (and clears) the kernels' error word: an
+	// error an earlier op raised is reported here rather than lost.
+	if err := d.kernelError(); err != nil {
+		return 0, false, err
+	}
 	out, err := d.scratch(max(n*es, 256))
 	if err != nil {
 		return 0, false, err

@@ -267,12 +267,16 @@ var decodeFusion = os.Getenv("PARALLAX_DECODE_FUSION") != "0"
 
 // normLinearMulti is y_i = RMSNorm(x) W_i^T for each weight
 // (engine.NormLinearMulti; h is the normed rows' scratch where it is not
-// fused). Weights that are not floating (quantized) take RMSNorm and
-// linearMulti.
+// fused). Int8 weights run engine.NormLinearMultiInt8 (the same fusion
+// over the int8 kernels).
 func (r *rec) normLinearMulti(ys, ws []*engine.Tensor, x, normW *engine.Tensor, eps float32, h *engine.Tensor) {
 	if !allFloat(ws...) {
-		r.rmsnorm(h, nil, x, normW, eps)
-		r.linearMulti(ys, ws, h)
+		if qs := r.int8All("norm linear", ws); qs != nil {
+			r.fail("norm linear", engine.NormLinearMultiInt8(r.dev, ys, qs, x, normW, eps, h))
+		} else {
+			r.rmsnorm(h, nil, x, normW, eps)
+			r.linearMulti(ys, ws, h)
+		}
 	} else if r.err == nil {
 		r.fail("norm linear", engine.NormLinearMulti(r.dev, ys, ws, x, normW, eps, h))
 	}
@@ -280,11 +284,15 @@ func (r *rec) normLinearMulti(ys, ws []*engine.Tensor, x, normW *engine.Tensor, 
 
 // normLinearSwiGLU is act = silu(h Wg^T) * (h Wu^T), h = RMSNorm(x)
 // (engine.NormLinearSwiGLU; h, gate and up are its scratch where it is not
-// fused). Weights that are not floating take RMSNorm and linearSwiGLU.
+// fused). Int8 weights run engine.NormLinearSwiGLUInt8.
 func (r *rec) normLinearSwiGLU(act, x, normW, wGate, wUp *engine.Tensor, eps float32, h, gate, up *engine.Tensor) {
 	if !allFloat(wGate, wUp) {
-		r.rmsnorm(h, nil, x, normW, eps)
-		r.linearSwiGLU(act, gate, up, h, wGate, wUp)
+		if qs := r.int8All("norm mlp", []*engine.Tensor{wGate, wUp}); qs != nil {
+			r.fail("norm mlp", engine.NormLinearSwiGLUInt8(r.dev, act, x, normW, qs[0], qs[1], eps, h, gate, up))
+		} else {
+			r.rmsnorm(h, nil, x, normW, eps)
+			r.linearSwiGLU(act, gate, up, h, wGate, wUp)
+		}
 	} else if r.err == nil {
 		r.fail("norm mlp", engine.NormLinearSwiGLU(r.dev, act, x, normW, wGate, wUp, eps, h, gate, up))
 	}

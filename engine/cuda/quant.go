@@ -115,22 +115,32 @@ var _ engine.Int8MultiLinear = (*Device)(nil)
 // launch (qgemv_multi_m*) when each would take the matrix-vector kernel and the weights share a group size and the outputs a dtype;
 // see engine.Int8MultiLinear.
 func (d *Device) LinearMultiInt8(outs []*engine.Tensor, ws []engine.Int8Weight, x *engine.Tensor) (bool, error) {
-	if len(ws) == 0 || len(ws) > 4 || len(outs) != len(ws) {
-		return false, nil
+	set, dims, blocks, err := d.qgemvSet(outs, ws, x)
+	if dims.M == 0 || err != nil {
+		return err != nil, err
 	}
-	var set [136]byte
-	var dims0 engine.Int8Dims
-	blocks := 0
+	name := fmt.Sprintf("qgemv_multi_m%d", dims.M)
+	return true, d.launch(qmod, name, [3]int{blocks, 1, 1}, threads256, 0,
+		newArgs().blob(set[:], 8).i(dt(outs[0])).p(ptr(x)).i(dt(x)).i(dims.K).i(ws[0].Group).i(dims.Groups))
+}
+
+// qgemvSet validates a LinearMultiInt8 and packs its qgemv_set: it returns
+// the first weight's dims and the grid, or dims.M == 0 (and no error) when
+// qgemv_multi_m* does not take the operands.
+func (d *Device) qgemvSet(outs []*engine.Tensor, ws []engine.Int8Weight, x *engine.Tensor) (set [136]byte, dims0 engine.Int8Dims, blocks int, err error) {
+	if len(ws) == 0 || len(ws) > 4 || len(outs) != len(ws) {
+		return set, engine.Int8Dims{}, 0, nil
+	}
 	for i, w := range ws {
 		dims, err := engine.CheckLinearInt8(d.own, outs[i], x, w)
 		if err != nil {
-			return true, err
+			return set, engine.Int8Dims{}, 0, err
 		}
 		if i == 0 {
 			dims0 = dims
 		}
 		if dims.M == 0 || dims.M > qgemvMaxRows || !qgemvTakes(dims, x, w) || w.Group != ws[0].Group || outs[i].DType() != outs[0].DType() {
-			return false, nil
+			return set, engine.Int8Dims{}, 0, nil
 		}
 		binary.LittleEndian.PutUint64(set[8*i:], ptr(outs[i]))
 		binary.LittleEndian.PutUint64(set[32+8*i:], ptr(w.Q))
@@ -142,9 +152,7 @@ func (d *Device) LinearMultiInt8(outs []*engine.Tensor, ws []engine.Int8Weight, 
 	for i := len(ws); i <= 4; i++ {
 		binary.LittleEndian.PutUint32(set[112+4*i:], uint32(blocks))
 	}
-	name := fmt.Sprintf("qgemv_multi_m%d", dims0.M)
-	return true, d.launch(qmod, name, [3]int{blocks, 1, 1}, threads256, 0,
-		newArgs().blob(set[:], 8).i(dt(outs[0])).p(ptr(x)).i(dt(x)).i(dims0.K).i(ws[0].Group).i(dims0.Groups))
+	return set, dims0, blocks, nil
 }
 
 var _ engine.Int8MLPFuser = (*Device)(nil)
@@ -153,17 +161,28 @@ var _ engine.Int8MLPFuser = (*Device)(nil)
 // SwiGLU in one launch (qgemv_swiglu_m*) when both would take the
 // matrix-vector kernel; see engine.Int8MLPFuser.
 func (d *Device) LinearSwiGLUInt8(act, x *engine.Tensor, wGate, wUp engine.Int8Weight) (bool, error) {
-	dims, err := engine.CheckLinearInt8(d.own, act, x, wGate)
-	if err != nil {
-		return true, err
-	}
-	if _, err := engine.CheckLinearInt8(d.own, act, x, wUp); err != nil {
-		return true, err
-	}
-	if dims.M == 0 || dims.M > qgemvMaxRows || wGate.Group != wUp.Group || !qgemvTakes(dims, x, wGate) || !qgemvTakes(dims, x, wUp) {
-		return false, nil
+	dims, err := d.qgemvSwiGLUDims(act, x, wGate, wUp)
+	if dims.M == 0 || err != nil {
+		return err != nil, err
 	}
 	return true, d.launch(qmod, fmt.Sprintf("qgemv_swiglu_m%d", dims.M), [3]int{(dims.N + 7) / 8, 1, 1}, threads256, 0,
 		newArgs().p(ptr(act)).i(dt(act)).p(ptr(x)).i(dt(x)).p(ptr(wGate.Q)).p(ptr(wGate.Scales)).
 			p(ptr(wUp.Q)).p(ptr(wUp.Scales)).i(dims.N).i(dims.K).i(wGate.Group).i(dims.Groups))
+}
+
+// qgemvSwiGLUDims validates a LinearSwiGLUInt8 and returns its dims, or
+// dims.M == 0 (and no error) when qgemv_swiglu_m* does not take the
+// operands.
+func (d *Device) qgemvSwiGLUDims(act, x *engine.Tensor, wGate, wUp engine.Int8Weight) (engine.Int8Dims, error) {
+	dims, err := engine.CheckLinearInt8(d.own, act, x, wGate)
+	if err != nil {
+		return engine.Int8Dims{}, err
+	}
+	if _, err := engine.CheckLinearInt8(d.own, act, x, wUp); err != nil {
+		return engine.Int8Dims{}, err
+	}
+	if dims.M == 0 || dims.M > qgemvMaxRows || wGate.Group != wUp.Group || !qgemvTakes(dims, x, wGate) || !qgemvTakes(dims, x, wUp) {
+		return engine.Int8Dims{}, nil
+	}
+	return dims, nil
 }

@@ -9,6 +9,14 @@
 // activation rows (small: they stay in L1), scales the 16-term sum by its
 // group's scale and reduces across the warp in f32.
 //
+// The qgemv_norm_* kernels also apply the RMSNorm that precedes the
+// products in a pre-norm block (engine.Int8NormLinear), as gemv_norm_* do
+// for 16-bit weights: with h = x rstd g (rstd = 1/sqrt(mean(x^2) + eps)
+// per row, g the norm's weight), h W^T = rstd (x (g W)^T), so each block
+// first sums the squares of its rows (warp m row m) into shared memory,
+// multiplies each 16-weight chunk by g as it is converted and scales the
+// reduced sums by rstd. h is never stored, and never rounded.
+//
 // dequant_i8 writes dequantized rows (q s in f32, rounded to the output's
 // dtype): the tied embedding's lookup, and the whole matrix for products
 // of many rows, which then run as a tensor-core MatMul over it.
@@ -50,12 +58,35 @@ __device__ __forceinline__ void ld16f(const void *x, int dt, i64 i, float *v) {
 	ld8f(x, dt, i + 8, v + 8);
 }
 
+// qgemv_rstd writes rstd[m] = 1/sqrt(mean(x_m^2) + eps) of the M rows of
+// x [M, K] (warp m sums row m; 8 warps a block; K a multiple of 16) and
+// synchronises the block; f32 sums, as the rmsnorm kernels'.
+template <int M>
+__device__ __forceinline__ void qgemv_rstd(float *rstd, const void *x, int dt, int K, float eps) {
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	if (warp < M) {
+		float ss = 0;
+#pragma unroll 4
+		for (int k = lane * 8; k < K; k += 256) {
+			float v[8];
+			ld8f(x, dt, (i64)warp * K + k, v);
+#pragma unroll
+			for (int j = 0; j < 8; j++) ss = fmaf(v[j], v[j], ss);
+		}
+		ss = warp_sum(ss);
+		if (lane == 0) rstd[warp] = 1.0f / sqrtf(ss / (float)K + eps);
+	}
+	__syncthreads();
+}
+
 // qgemv_acc adds row n of x W^T to acc[0..M) in this lane's share: the
 // 16-weight chunks lane*16 + 512 j of the row (K a multiple of 16), each
-// scaled by its group's scale (G a multiple of 16, or >= K).
-template <int M>
+// scaled by its group's scale (G a multiple of 16, or >= K). NORM: each
+// chunk is also multiplied by the norm weight g [K] (dtype dtg, 16-byte
+// aligned); the caller scales the sums by rstd.
+template <int M, bool NORM>
 __device__ __forceinline__ void qgemv_acc(float *acc, const void *x, int dtx, const i8 *q, const float *s, int K, int G,
-                                          int ng, int n) {
+                                          int ng, int n, const void *g, int dtg) {
 	int lane = threadIdx.x & 31;
 	const uint4 *qr = (const uint4 *)(q + (i64)n * K);
 	const float *sr = s + (i64)n * ng;
@@ -73,6 +104,12 @@ __device__ __forceinline__ void qgemv_acc(float *acc, const void *x, int dtx, co
 			if (k >= K) break;
 			float wf[16];
 			i8x16f(wv[u], wf);
+			if (NORM) {
+				float gv[16];
+				ld16f(g, dtg, k, gv);
+#pragma unroll
+				for (int j = 0; j < 16; j++) wf[j] *= gv[j];
+			}
 #pragma unroll
 			for (int m = 0; m < M; m++) {
 				float xv[16];
@@ -83,20 +120,23 @@ __device__ __forceinline__ void qgemv_acc(float *acc, const void *x, int dtx, co
 	}
 }
 
-// qgemv_row computes column n of out for the M rows of x.
-template <int M>
+// qgemv_row computes column n of out for the M rows of x. NORM: the rows
+// are normed first (g [K] of dtype dtg, rstd from qgemv_rstd).
+template <int M, bool NORM>
 __device__ __forceinline__ void qgemv_row(void *out, int dto, const void *x, int dtx, const i8 *q, const float *s, int N,
-                                          int K, int G, int ng, int accumulate, int n) {
+                                          int K, int G, int ng, int accumulate, int n, const void *g, int dtg,
+                                          const float *rstd) {
 	if (n >= N) return;
 	float acc[M];
 #pragma unroll
 	for (int m = 0; m < M; m++) acc[m] = 0.0f;
-	qgemv_acc<M>(acc, x, dtx, q, s, K, G, ng, n);
+	qgemv_acc<M, NORM>(acc, x, dtx, q, s, K, G, ng, n, g, dtg);
 	int lane = threadIdx.x & 31;
 #pragma unroll
 	for (int m = 0; m < M; m++) {
 		float v = warp_sum(acc[m]);
 		if (lane == 0) {
+			if (NORM) v *= rstd[m];
 			i64 o = (i64)m * N + n;
 			if (accumulate) v += ldf(out, dto, o);
 			stf(out, dto, o, v);
@@ -118,21 +158,22 @@ struct qgemv_set {
 
 // qgemv_swiglu_row computes column n of act = silu(x Wg^T) * (x Wu^T) for
 // the M rows of x, the gate and up rows read together and the products
-// kept in f32 up to the activation.
-template <int M>
+// kept in f32 up to the activation. NORM as for qgemv_row.
+template <int M, bool NORM>
 __device__ __forceinline__ void qgemv_swiglu_row(void *act, int dto, const void *x, int dtx, const i8 *qg,
                                                  const float *sg, const i8 *qu, const float *su, int N, int K, int G,
-                                                 int ng, int n) {
+                                                 int ng, int n, const void *nw, int dtg, const float *rstd) {
 	if (n >= N) return;
 	float g[M], u[M];
 #pragma unroll
 	for (int m = 0; m < M; m++) g[m] = 0.0f, u[m] = 0.0f;
-	qgemv_acc<M>(g, x, dtx, qg, sg, K, G, ng, n);
-	qgemv_acc<M>(u, x, dtx, qu, su, K, G, ng, n);
+	qgemv_acc<M, NORM>(g, x, dtx, qg, sg, K, G, ng, n, nw, dtg);
+	qgemv_acc<M, NORM>(u, x, dtx, qu, su, K, G, ng, n, nw, dtg);
 	int lane = threadIdx.x & 31;
 #pragma unroll
 	for (int m = 0; m < M; m++) {
 		float gs = warp_sum(g[m]), us = warp_sum(u[m]);
+		if (NORM) gs *= rstd[m], us *= rstd[m];
 		if (lane == 0) stf(act, dto, (i64)m * N + n, gs / (1.0f + expf(-gs)) * us);
 	}
 }
@@ -141,21 +182,38 @@ __device__ __forceinline__ void qgemv_swiglu_row(void *act, int dto, const void 
 	extern "C" __global__ void __launch_bounds__(256)                                                                \
 	    qgemv_m##MM(void *out, int dto, const void *x, int dtx, const i8 *q, const float *s, int N, int K, int G,    \
 	                int ng, int accumulate) {                                                                        \
-		qgemv_row<MM>(out, dto, x, dtx, q, s, N, K, G, ng, accumulate,                                               \
-		              (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5));                                     \
+		qgemv_row<MM, false>(out, dto, x, dtx, q, s, N, K, G, ng, accumulate,                                        \
+		                     (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5), 0, 0, 0);                     \
 	}                                                                                                                \
 	extern "C" __global__ void __launch_bounds__(256)                                                                \
 	    qgemv_multi_m##MM(qgemv_set st, int dto, const void *x, int dtx, int K, int G, int ng) {                     \
 		int i = 0;                                                                                                   \
 		while (i < 3 && (int)blockIdx.x >= st.first[i + 1]) i++;                                                     \
 		int n = ((int)blockIdx.x - st.first[i]) * 8 + (threadIdx.x >> 5);                                           \
-		qgemv_row<MM>(st.out[i], dto, x, dtx, st.q[i], st.s[i], st.n[i], K, G, ng, 0, n);                            \
+		qgemv_row<MM, false>(st.out[i], dto, x, dtx, st.q[i], st.s[i], st.n[i], K, G, ng, 0, n, 0, 0, 0);            \
 	}                                                                                                                \
 	extern "C" __global__ void __launch_bounds__(256)                                                                \
 	    qgemv_swiglu_m##MM(void *act, int dto, const void *x, int dtx, const i8 *qg, const float *sg, const i8 *qu, \
 	                       const float *su, int N, int K, int G, int ng) {                                           \
-		qgemv_swiglu_row<MM>(act, dto, x, dtx, qg, sg, qu, su, N, K, G, ng,                                          \
-		                     (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5));                              \
+		qgemv_swiglu_row<MM, false>(act, dto, x, dtx, qg, sg, qu, su, N, K, G, ng,                                   \
+		                            (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5), 0, 0, 0);              \
+	}                                                                                                                \
+	extern "C" __global__ void __launch_bounds__(256) qgemv_norm_multi_m##MM(                                        \
+	    qgemv_set st, int dto, const void *x, int dtx, int K, int G, int ng, const void *g, int dtg, float eps) {    \
+		__shared__ float rstd[MM];                                                                                   \
+		int i = 0;                                                                                                   \
+		while (i < 3 && (int)blockIdx.x >= st.first[i + 1]) i++;                                                     \
+		int n = ((int)blockIdx.x - st.first[i]) * 8 + (threadIdx.x >> 5);                                           \
+		qgemv_rstd<MM>(rstd, x, dtx, K, eps);                                                                        \
+		qgemv_row<MM, true>(st.out[i], dto, x, dtx, st.q[i], st.s[i], st.n[i], K, G, ng, 0, n, g, dtg, rstd);        \
+	}                                                                                                                \
+	extern "C" __global__ void __launch_bounds__(256) qgemv_norm_swiglu_m##MM(                                       \
+	    void *act, int dto, const void *x, int dtx, const i8 *qg, const float *sg, const i8 *qu, const float *su,    \
+	    int N, int K, int G, int ng, const void *g, int dtg, float eps) {                                            \
+		__shared__ float rstd[MM];                                                                                   \
+		qgemv_rstd<MM>(rstd, x, dtx, K, eps);                                                                        \
+		qgemv_swiglu_row<MM, true>(act, dto, x, dtx, qg, sg, qu, su, N, K, G, ng,                                    \
+		                           (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5), g, dtg, rstd);          \
 	}
 QGEMV(1)
 QGEMV(2)

@@ -66,15 +66,7 @@ func NormLinearMulti(dev Device, outs, ws []*Tensor, x, normW *Tensor, eps float
 			return err
 		}
 	}
-	h, free, err := scratchLike(dev, scratch, x.dtype, x.shape)
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	defer free()
-	if err := dev.RMSNorm(h, nil, x, normW, eps); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	return LinearMulti(dev, outs, ws, h)
+	return normThen(dev, op, x, normW, eps, scratch, func(h *Tensor) error { return LinearMulti(dev, outs, ws, h) })
 }
 
 // NormLinearSwiGLU computes act = silu(h Wg^T) * (h Wu^T) with
@@ -94,14 +86,33 @@ func NormLinearSwiGLU(dev Device, act, x, normW, wGate, wUp *Tensor, eps float32
 			return err
 		}
 	}
-	if act == nil {
-		return argErr(op, "act", "missing")
-	}
-	h, freeH, err := scratchLike(dev, scratch, x.dtype, x.shape)
+	return normSwiGLUThen(dev, op, act, x, normW, eps, scratch, gate, up, func(g, u, h *Tensor) error {
+		return LinearSwiGLU(dev, act, g, u, h, wGate, wUp)
+	})
+}
+
+// normThen is the norm of the compositions: h = RMSNorm(x, normW, eps)
+// into scratch (x's dtype and shape; nil allocates one for the call),
+// then then(h).
+func normThen(dev Device, op string, x, normW *Tensor, eps float32, scratch *Tensor, then func(h *Tensor) error) error {
+	h, free, err := scratchLike(dev, scratch, x.dtype, x.shape)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	defer freeH()
+	defer free()
+	if err := dev.RMSNorm(h, nil, x, normW, eps); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return then(h)
+}
+
+// normSwiGLUThen is normThen with the gate and up scratch of the SwiGLU
+// compositions ([M, N] of act's dtype; nil ones allocated for the call).
+func normSwiGLUThen(dev Device, op string, act, x, normW *Tensor, eps float32, scratch, gate, up *Tensor,
+	then func(g, u, h *Tensor) error) error {
+	if act == nil {
+		return argErr(op, "act", "missing")
+	}
 	g, freeG, err := scratchLike(dev, gate, act.dtype, act.shape)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
@@ -112,10 +123,7 @@ func NormLinearSwiGLU(dev Device, act, x, normW, wGate, wUp *Tensor, eps float32
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	defer freeU()
-	if err := dev.RMSNorm(h, nil, x, normW, eps); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	return LinearSwiGLU(dev, act, g, u, h, wGate, wUp)
+	return normThen(dev, op, x, normW, eps, scratch, func(h *Tensor) error { return then(g, u, h) })
 }
 
 // scratchLike returns t, or where t is nil a new tensor of dtype dt and

@@ -333,3 +333,19 @@ func LinearSwiGLUInt8(dev Device, act, gate, up, x *Tensor, wGate, wUp Int8Weigh
 	}
 	return dev.SwiGLU(act, gate, up)
 }
+
+// LinearDequantized computes out (+)= x wt^T over wt [N, K], an int8
+// weight dequantized into x's dtype, with x and out taken as the dims.M
+// rows of the product: the backends' path for what their int8 kernels
+// decline (prefill, larger batches).
+func LinearDequantized(dev Device, out, x, wt *Tensor, dims Int8Dims, accumulate bool) error {
+	x2, err := x.Reshape(dims.M, dims.K)
+	if err != nil {
+		return err
+	}
+	o2, err := out.Reshape(dims.M, dims.N)
+	if err != nil {
+		return err
+	}
+	return dev.MatMul(o2, x2, wt, MatMulOpts{TransB: true, Accumulate: accumulate})
+}

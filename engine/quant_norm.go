@@ -47,15 +47,7 @@ func NormLinearMultiInt8(dev Device, outs []*Tensor, ws []Int8Weight, x, normW *
 			return err
 		}
 	}
-	h, free, err := scratchLike(dev, scratch, x.dtype, x.shape)
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	defer free()
-	if err := dev.RMSNorm(h, nil, x, normW, eps); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	return LinearMultiInt8(dev, outs, ws, h)
+	return normThen(dev, op, x, normW, eps, scratch, func(h *Tensor) error { return LinearMultiInt8(dev, outs, ws, h) })
 }
 
 // NormLinearSwiGLUInt8 computes act = silu(h Wg^T) * (h Wu^T) with
@@ -76,26 +68,7 @@ func NormLinearSwiGLUInt8(dev Device, act, x, normW *Tensor, wGate, wUp Int8Weig
 			return err
 		}
 	}
-	if act == nil {
-		return argErr(op, "act", "missing")
-	}
-	h, freeH, err := scratchLike(dev, scratch, x.dtype, x.shape)
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	defer freeH()
-	g, freeG, err := scratchLike(dev, gate, act.dtype, act.shape)
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	defer freeG()
-	u, freeU, err := scratchLike(dev, up, act.dtype, act.shape)
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	defer freeU()
-	if err := dev.RMSNorm(h, nil, x, normW, eps); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	return LinearSwiGLUInt8(dev, act, g, u, h, wGate, wUp)
+	return normSwiGLUThen(dev, op, act, x, normW, eps, scratch, gate, up, func(g, u, h *Tensor) error {
+		return LinearSwiGLUInt8(dev, act, g, u, h, wGate, wUp)
+	})
 }

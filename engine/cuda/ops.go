@@ -202,20 +202,13 @@ func (d *Device) rmsnormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor, accumu
 	if err2 != nil {
 		return err2
 	}
-	gy := min((rows+63)/64, 1024)
-	dwKernel, gx := "rmsnorm_dw", (n+31)/32
-	if n%8 == 0 && ptr(dOut)%16 == 0 && ptr(x)%16 == 0 {
-		// 8 columns a lane: enough blocks for about eight per
-		// multiprocessor, each lane summing at least 8 rows.
-		dwKernel, gx = "rmsnorm_dw8", (n+255)/256
-		gy = max(1, min((rows+63)/64, (8*d.g.sms+gx-1)/gx))
-	}
+	grid := [3]int{(n + 31) / 32, min((rows+63)/64, 1024), 1}
 	dwArgs := func(acc uint64) *args {
 		return newArgs().p(acc).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(rstd)).l(int64(rows)).i(n)
 	}
 	if dW.DType() == engine.F32 {
 		// The blocks' column sums add straight into an f32 dW.
-		return d.launch(ew, dwKernel, [3]int{gx, gy, 1}, [3]int{32, 8, 1}, 0, dwArgs(ptr(dW)))
+		return d.launch(ew, "rmsnorm_dw", grid, [3]int{32, 8, 1}, 0, dwArgs(ptr(dW)))
 	}
 	acc, err := d.scratch(int64(n) * 4)
 	if err != nil {
@@ -225,7 +218,7 @@ func (d *Device) rmsnormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor, accumu
 	if err := d.zero(acc.ptr, int64(n)*4); err != nil {
 		return err
 	}
-	if err := d.launch(ew, dwKernel, [3]int{gx, gy, 1}, [3]int{32, 8, 1}, 0, dwArgs(acc.ptr)); err != nil {
+	if err := d.launch(ew, "rmsnorm_dw", grid, [3]int{32, 8, 1}, 0, dwArgs(acc.ptr)); err != nil {
 		return err
 	}
 	return d.launch(ew, "add_f32", grid1(int64(n)), threads256, 0, newArgs().p(ptr(dW)).i(dt(dW)).p(acc.ptr).l(int64(n)))

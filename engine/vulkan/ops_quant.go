@@ -68,15 +68,7 @@ func (d *Device) linearInt8Dequant(out, x *engine.Tensor, w engine.Int8Weight, d
 	if err := d.dequant(wt, w, nil, dims.N, dims.N, dims.K); err != nil {
 		return err
 	}
-	x2, err := x.Reshape(dims.M, dims.K)
-	if err != nil {
-		return err
-	}
-	o2, err := out.Reshape(dims.M, dims.N)
-	if err != nil {
-		return err
-	}
-	return d.MatMul(o2, x2, wt, engine.MatMulOpts{TransB: true, Accumulate: accumulate})
+	return engine.LinearDequantized(d, out, x, wt, dims, accumulate)
 }
 
 // dequant writes rows of W into dst (rows of K): W[ids[r]] with ids, else

@@ -447,38 +447,6 @@ extern "C" __global__ void rmsnorm_dw(float *acc, const void *dout, int dtdo, co
 	}
 }
 
-// rmsnorm_dw8 is rmsnorm_dw for N a multiple of 8 (16-byte aligned rows):
-// a lane owns 8 consecutive columns (two 16-byte loads a row, so a warp
-// reads 512 contiguous bytes of each tensor), blocks of 32 lanes x 8 row
-// lanes cover 256 columns, rows split over gridDim.y. The 2-byte loads of
-// rmsnorm_dw left it at half the bandwidth.
-extern "C" __global__ void rmsnorm_dw8(float *acc, const void *dout, int dtdo, const void *x, int dtx,
-                                       const float *rstd, i64 rows, int N) {
-	__shared__ float sh[8][257];
-	int c0 = (blockIdx.x * 32 + threadIdx.x) * 8;
-	float s[8];
-#pragma unroll
-	for (int k = 0; k < 8; k++) s[k] = 0;
-	if (c0 < N)
-		for (i64 r = (i64)blockIdx.y * 8 + threadIdx.y; r < rows; r += (i64)gridDim.y * 8) {
-			float g[8], xv[8], sc = rstd[r];
-			ld8f(dout, dtdo, r * N + c0, g);
-			ld8f(x, dtx, r * N + c0, xv);
-#pragma unroll
-			for (int k = 0; k < 8; k++) s[k] += g[k] * xv[k] * sc;
-		}
-#pragma unroll
-	for (int k = 0; k < 8; k++) sh[threadIdx.y][threadIdx.x * 8 + k] = s[k];
-	__syncthreads();
-	// 256 threads, one column each, fold the 8 row lanes.
-	int t = threadIdx.y * 32 + threadIdx.x, c = blockIdx.x * 256 + t;
-	if (c < N) {
-		float v = 0;
-		for (int y = 0; y < 8; y++) v += sh[y][t];
-		atomicAdd(&acc[c], v);
-	}
-}
-
 // add_f32: dst += acc.
 extern "C" __global__ void add_f32(void *dst, int dtd, const float *acc, i64 n) {
 	GRID_STRIDE(i, n) stf(dst, dtd, i, ldf(dst, dtd, i) + acc[i]);

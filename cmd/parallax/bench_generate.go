@@ -55,9 +55,39 @@ type benchGenerateResult struct {
 	PeakGBs    float64 `json:"peak_gbps,omitempty"`
 	PeakSource string  `json:"peak_source,omitempty"`
 	Timer      string  `json:"timer"`
+	// The prefill's arithmetic (prefillFLOPs), its rate and the fraction
+	// of the device's peak bf16 rate (where known) it reaches.
+	PrefillFLOPs    float64 `json:"prefill_flops"`
+	PrefillTFLOPs   float64 `json:"prefill_tflops"`
+	PeakTFLOPs      float64 `json:"peak_tflops,omitempty"`
+	PrefillRoofline float64 `json:"prefill_roofline_fraction,omitempty"`
 	// With --profile: one decode step (the one after the timed ones) timed
 	// op by op with the device's timers.
 	Profile engine.Profile `json:"profile,omitempty"`
+	// With --profile-prefill: one more prefill of the prompt, op by op.
+	PrefillProfile engine.Profile `json:"prefill_profile,omitempty"`
+}
+
+// prefillFLOPs counts the products of a prefill of B prompts of P tokens:
+// 2 flops a weight element a token for the blocks' linears (q, k, v, o,
+// Parallax's r, gate, up, down), the head at the last position of each
+// sequence only (the step computes no other logits), and causal
+// attention's QK^T and PV (Parallax adds its two covariance products,
+// four in all), 2 P (P + 1) / 2 D flops each per query head.
+func prefillFLOPs(c model.Config, B, P int) float64 {
+	d, q, kv, f := float64(c.Dim), float64(c.QDim()), float64(c.KVDim()), float64(c.FFN)
+	per := q*d + 2*kv*d + d*q + 3*d*f
+	products := 2.0
+	if c.Parallax() {
+		per += q * d
+		products = 4
+	}
+	tokens := float64(B) * float64(P)
+	linear := 2 * per * float64(c.Layers) * tokens
+	head := 2 * d * float64(c.Vocab) * float64(B)
+	pairs := float64(P) * float64(P+1) / 2
+	attn := products * 2 * float64(B) * float64(c.Heads) * pairs * float64(c.HeadDim) * float64(c.Layers)
+	return linear + head + attn
 }
 
 // runBenchGenerate is "parallax bench generate": KV-cache generation from a
@@ -76,6 +106,7 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	hostSample := fs.Bool("host-sample", false, "sample on the host from the logits even where the device picks the greedy token itself")
 	profile := fs.Bool("profile", false, "after the timed steps, time every op of one more decode step with the device's timers and print the breakdown (CUDA and Vulkan devices)")
+	profilePrefill := fs.Bool("profile-prefill", false, "after the timed steps, time every op of one more prefill of the prompt with the device's timers and print the breakdown (CUDA and Vulkan devices)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -127,7 +158,7 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 	defer m.Free()
 	info := dev.Info()
 	prof, canProfile := dev.(engine.Profiler)
-	if *profile && !canProfile {
+	if (*profile || *profilePrefill) && !canProfile {
 		return usagef("--profile: %s (%s) has no per-op device timers; profile on a CUDA or Vulkan device", info.ID(), info.Name)
 	}
 	extra := 0
@@ -228,6 +259,22 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 		}
 		profiled = p
 	}
+	var prefillProfiled engine.Profile
+	if *profilePrefill {
+		kv.Reset()
+		if err := prof.StartProfile(); err != nil {
+			return fmt.Errorf("bench generate: %w", err)
+		}
+		err := stepOnce(prompt, P)
+		p, perr := prof.StopProfile()
+		if err != nil {
+			return fmt.Errorf("bench generate: profiled prefill: %w", err)
+		}
+		if perr != nil {
+			return fmt.Errorf("bench generate: %w", perr)
+		}
+		prefillProfiled = p
+	}
 	dec, smp := median(steps), median(samples)
 	if !(prefill > 0) || !(dec > 0) {
 		return fmt.Errorf("bench generate: prefill %v s, decode step %v s", prefill, dec)
@@ -245,6 +292,12 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 		WeightBytes: wBytes, KVBytes: kvBytes, MeanKVLen: meanLen, BytesPerStep: wBytes + kvBytes,
 		BytesPerToken: float64(wBytes+kvBytes) / float64(B), Timer: "wall clock", Profile: profiled,
 		Sampling: map[bool]string{true: "device", false: "host"}[devArgmax]}
+	r.PrefillProfile = prefillProfiled
+	r.PrefillFLOPs = prefillFLOPs(c, B, P)
+	r.PrefillTFLOPs = r.PrefillFLOPs / prefill / 1e12
+	if r.PeakTFLOPs = devicePeakTFLOPs(info); r.PeakTFLOPs > 0 {
+		r.PrefillRoofline = r.PrefillTFLOPs / r.PeakTFLOPs
+	}
 	r.GBs = float64(r.BytesPerStep) / dec / 1e9
 	r.PeakGBs, r.PeakSource = *peakGB, "--peak-gbps"
 	if r.PeakGBs == 0 {
@@ -261,9 +314,17 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "\nprofile of one decode step (device timers): %d ops, %.4g ms of device time against %.4g ms of wall clock\n%s",
 				r.Profile.TotalCalls(), r.Profile.TotalMillis(), r.DecodeMs, r.Profile.Table())
 		}
+		if r.PrefillProfile != nil {
+			fmt.Fprintf(stdout, "\nprofile of one prefill (device timers): %d ops, %.4g ms of device time against %.4g ms of wall clock\n%s",
+				r.PrefillProfile.TotalCalls(), r.PrefillProfile.TotalMillis(), r.PrefillMs, r.PrefillProfile.Table())
+		}
 	}()
-	fmt.Fprintf(stdout, "%s %s, batch %d, prompt %d + %d new, %s (%s weights, %s) on %s (%s): prefill %.4g ms (%.4g tokens/s), decode %.4g ms/step (%.4g tokens/s, sampling %.2g ms), %s read per step, %.4g GB/s",
-		r.Op, r.Model, r.Batch, r.PromptLen, r.New, r.DType, r.Weights, formatBytes(r.WeightMemory), r.Device, info.Name, r.PrefillMs, r.PrefillTokensPerS,
+	prefillRate := fmt.Sprintf("%.4g TFLOP/s", r.PrefillTFLOPs)
+	if r.PrefillRoofline > 0 {
+		prefillRate += fmt.Sprintf(", %.1f%% of %.4g", 100*r.PrefillRoofline, r.PeakTFLOPs)
+	}
+	fmt.Fprintf(stdout, "%s %s, batch %d, prompt %d + %d new, %s (%s weights, %s) on %s (%s): prefill %.4g ms (%.4g tokens/s, %s), decode %.4g ms/step (%.4g tokens/s, sampling %.2g ms), %s read per step, %.4g GB/s",
+		r.Op, r.Model, r.Batch, r.PromptLen, r.New, r.DType, r.Weights, formatBytes(r.WeightMemory), r.Device, info.Name, r.PrefillMs, r.PrefillTokensPerS, prefillRate,
 		r.DecodeMs, r.DecodeTokensPerS, r.SampleMs, formatBytes(r.BytesPerStep), r.GBs)
 	if r.Roofline > 0 {
 		fmt.Fprintf(stdout, ", %.1f%% of the %.4g GB/s memory roofline (%s)", 100*r.Roofline, r.PeakGBs, r.PeakSource)

@@ -246,6 +246,9 @@ func TestBenchGenerate(t *testing.T) {
 		if rel := r.DecodeTokensPerS*r.DecodeMs/1e3/B - 1; math.Abs(rel) > 1e-9 {
 			t.Errorf("decode tokens/s %v does not match %d tokens in %v ms", r.DecodeTokensPerS, B, r.DecodeMs)
 		}
+		if want := prefillFLOPs(cfg, B, P); r.PrefillFLOPs != want || math.Abs(r.PrefillTFLOPs*1e12*r.PrefillMs/1e3/want-1) > 1e-9 {
+			t.Errorf("--dtype %s: prefill %v flops at %v TFLOP/s in %v ms, want %v flops", dt, r.PrefillFLOPs, r.PrefillTFLOPs, r.PrefillMs, want)
+		}
 		size := map[string]float64{"f32": 4, "bf16": 2}[dt]
 		mean := float64(P) + float64(N+1)/2
 		if want := int64(2 * float64(cfg.Layers*B*cfg.KVHeads*cfg.HeadDim) * size * mean); r.KVBytes != want || r.MeanKVLen != mean {
@@ -298,4 +301,25 @@ func TestBenchGenerate(t *testing.T) {
 	expectCLI(t, 1, "model.safetensors", "bench", "generate", "--model", short, "--device", "cpu", "--prompt-len", "4", "--new", "2")
 	expectCLI(t, 2, "attention, decode, matmul or train, or generate", "bench", "frob")
 	expectCLI(t, 0, "prompt-len", "bench", "generate", "--help")
+}
+
+// TestPrefillFLOPs: the prefill's arithmetic counted by hand for a small
+// shape (d 8, q 8, kv 4, FFN 16, 2 layers, 2 query heads of 4, vocab 10,
+// one prompt of 3 tokens): linears 2 * 576 * 2 * 3 = 6912 (Parallax's r
+// adds 64 a layer: 7680), the head at the last position 2 * 8 * 10 = 160,
+// attention over the 6 causal pairs 2 * 2 heads * 6 * 4 * 2 layers per
+// product, two products (softmax) or four (Parallax).
+func TestPrefillFLOPs(t *testing.T) {
+	for _, tc := range []struct {
+		attention string
+		want      float64
+	}{
+		{model.AttentionSoftmax, 6912 + 160 + 2*192},
+		{model.AttentionParallax, 7680 + 160 + 4*192},
+	} {
+		c := model.Config{Vocab: 10, Dim: 8, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 4, FFN: 16, Attention: tc.attention}
+		if got := prefillFLOPs(c, 1, 3); got != tc.want {
+			t.Errorf("%s: %v flops, want %v", tc.attention, got, tc.want)
+		}
+	}
 }

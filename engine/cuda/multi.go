@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 
@@ -101,7 +102,28 @@ func (d *Device) mtFree() {
 	}
 }
 
-// mtLaunch runs kernel over the table with the given trailing arguments.
+// mtNarrow keeps the multi-tensor and Muon kernels at one element a
+// thread (PARALLAX_CUDA_MT8=0), for comparing against the 16-byte forms.
+var mtNarrow = os.Getenv("PARALLAX_CUDA_MT8") == "0"
+
+// mtWide names the multi-tensor kernels with an eight-elements-a-thread
+// form (kernel + "8", MT_LOOP8 in multi.cuh).
+// (mt_fill's measured slower in that form on the H200 and has none.)
+var mtWide = map[string]bool{"mt_cast": true, "mt_scale": true, "mt_adamw": true}
+
+// wide8 reports whether every tensor has a multiple of 8 elements, a
+// 16-byte aligned base and a floating dtype, as the 16-byte kernels need.
+func wide8(ts ...*engine.Tensor) bool {
+	for _, t := range ts {
+		if t != nil && (t.Numel()%8 != 0 || ptr(t)%16 != 0 || !t.DType().IsFloat()) {
+			return false
+		}
+	}
+	return true
+}
+
+// mtLaunch runs kernel over the table with the given trailing arguments,
+// in its 16-byte form where it has one and every operand allows it.
 func (d *Device) mtLaunch(kernel string, ops [][4]*engine.Tensor, pre func(a *args), post func(a *args)) error {
 	tab, err := d.mtTableFor(ops)
 	if err != nil {
@@ -109,6 +131,15 @@ func (d *Device) mtLaunch(kernel string, ops [][4]*engine.Tensor, pre func(a *ar
 	}
 	if tab.blocks == 0 {
 		return nil
+	}
+	if mtWide[kernel] && !mtNarrow {
+		all := true
+		for _, op := range ops {
+			all = all && wide8(op[:]...)
+		}
+		if all {
+			kernel += "8"
+		}
 	}
 	a := newArgs()
 	if pre != nil {

@@ -28,8 +28,9 @@ type muonEntry struct {
 
 // muonLaunch runs kernel over a table of entries (built and uploaded once
 // per distinct content, then cached with the multi-tensor tables), with
-// the trailing arguments post adds.
-func (d *Device) muonLaunch(kernel string, es []muonEntry, post func(a *args)) error {
+// the trailing arguments post adds; wide takes the kernel's 16-byte form
+// (kernel + "8"), which the caller grants when every operand allows it.
+func (d *Device) muonLaunch(kernel string, es []muonEntry, wide bool, post func(a *args)) error {
 	T := len(es)
 	b := make([]byte, T*mtEntrySize+4*(T+1))
 	blocks := 0
@@ -73,6 +74,9 @@ func (d *Device) muonLaunch(kernel string, es []muonEntry, post func(a *args)) e
 	}
 	a := newArgs().p(tab.buf.ptr).i(tab.n)
 	post(a)
+	if wide && !mtNarrow {
+		kernel += "8"
+	}
 	return d.launch(muonMod, kernel, [3]int{tab.blocks, 1, 1}, threads256, 0, a)
 }
 
@@ -105,7 +109,11 @@ func (d *Device) MuonMomentumMany(stack *engine.Tensor, ms, gs []*engine.Tensor,
 	if nesterov {
 		nest = 1
 	}
-	return d.muonLaunch("muon_mt_momentum", es, func(a *args) { a.f(beta).i(nest) })
+	wide := wide8(stack)
+	for i := range ms {
+		wide = wide && wide8(ms[i], gs[i])
+	}
+	return d.muonLaunch("muon_mt_momentum", es, wide && per%8 == 0, func(a *args) { a.f(beta).i(nest) })
 }
 
 // MuonApplyMany runs MuonApply for every parameter from its slot of stack
@@ -128,7 +136,11 @@ func (d *Device) MuonApplyMany(ps []*engine.Tensor, stack *engine.Tensor, lr, wd
 		}
 		es[i] = muonEntry{p: [4]uint64{ptr(p), slotPtr(stack, i), uint64(math.Float32bits(scales[i])), uint64(math.Float32bits(engine.ScaledLR(1, lrScales, i)))}, n: per, dt: [2]int{dt(p), dt(stack)}}
 	}
-	return d.muonLaunch("muon_mt_apply", es, func(a *args) { a.f(lr).f(wd) })
+	wide := wide8(stack) && per%8 == 0
+	for _, p := range ps {
+		wide = wide && wide8(p)
+	}
+	return d.muonLaunch("muon_mt_apply", es, wide, func(a *args) { a.f(lr).f(wd) })
 }
 
 // NewtonSchulzIterate runs the iteration of engine.NewtonSchulzOps: per

@@ -2,7 +2,13 @@
 
 package cuda
 
-import "github.com/parallax-engine/parallax/engine"
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/parallax-engine/parallax/engine"
+)
 
 // Host side of the fused head norm and rotation (shaders/cuda/normrope.cu).
 
@@ -37,6 +43,46 @@ func normRoPEUnits(b, l, h, lpr, maxBlocks int) (hpu int, grid [3]int) {
 	return hpu, [3]int{int(max(1, min(blocks, int64(maxBlocks)))), 1, 1}
 }
 
+// ropeMaxPairs is ROPE_FMAX of common.cuh: the most pairs whose
+// frequencies a kernel holds in shared memory (and so takes from a table).
+const ropeMaxPairs = 256
+
+// ropeTable returns the device address of RoPE's frequencies f_i =
+// theta^(-2i/D), i < D/2, in double as the host forms them
+// (engine.RoPEFrequencies, as decode_prep gets them), uploaded once per
+// theta and D and cached with the multi-tensor tables; 0 (the kernel
+// forms them itself) above ropeMaxPairs pairs.
+func (d *Device) ropeTable(theta float32, dim int) (uint64, error) {
+	if dim/2 > ropeMaxPairs || dim < 2 {
+		return 0, nil
+	}
+	key := fmt.Sprintf("rope:%08x:%d", math.Float32bits(theta), dim)
+	if t, ok := d.mt[key]; ok {
+		return t.buf.ptr, nil
+	}
+	fs := engine.RoPEFrequencies(theta, dim)
+	b := make([]byte, 8*len(fs))
+	for i, f := range fs {
+		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(f))
+	}
+	if len(d.mt) >= mtMaxTables {
+		d.mtFree()
+	}
+	buf, err := d.scratch(int64(len(b)))
+	if err != nil {
+		return 0, err
+	}
+	if err := d.htod(buf.ptr, b); err != nil {
+		d.alloc.put(buf)
+		return 0, err
+	}
+	if d.mt == nil {
+		d.mt = map[string]*mtTable{}
+	}
+	d.mt[key] = &mtTable{buf: buf}
+	return buf.ptr, nil
+}
+
 // RMSNormRoPE norms and rotates x [B, L, H, D] into out [B, H, L, D] in one
 // launch; see engine.NormRoPE.
 func (d *Device) RMSNormRoPE(out, rstd, x, w, pos *engine.Tensor, eps, theta float32) error {
@@ -53,10 +99,14 @@ func (d *Device) RMSNormRoPE(out, rstd, x, w, pos *engine.Tensor, eps, theta flo
 		perSeq = 1
 	}
 	if lpr := normRoPELanes(dim); lpr > 0 {
+		tab, err := d.ropeTable(theta, dim)
+		if err != nil {
+			return err
+		}
 		hpu, g := normRoPEUnits(b, l, h, lpr, 1<<20)
 		return d.launch(normRoPEModule, "normrope8", g, threads256, 0,
 			newArgs().p(ptr(out)).i(dt(out)).p(ptr(rstd)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).p(ptr(pos)).
-				i(b).i(l).i(h).i(dim).i(hpu).i(perSeq).f(eps).f(theta).i(lpr))
+				i(b).i(l).i(h).i(dim).i(hpu).i(perSeq).f(eps).f(theta).i(lpr).p(tab))
 	}
 	return d.launch(normRoPEModule, "normrope", warpRowGrid(rows), threads256, 0,
 		newArgs().p(ptr(out)).i(dt(out)).p(ptr(rstd)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).p(ptr(pos)).
@@ -95,10 +145,14 @@ func (d *Device) RMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos *engine.Tenso
 	maxBlocks := 4 * max(d.g.sms, 1)
 	smem := 4 * dim
 	if lpr := normRoPELanes(dim); lpr > 0 {
+		var tab uint64
+		if tab, err = d.ropeTable(theta, dim); err != nil {
+			return err
+		}
 		hpu, g := normRoPEUnits(b, l, h, lpr, maxBlocks)
 		err = d.launch(normRoPEModule, "normrope_bwd8", g, threads256, smem,
 			newArgs().p(ptr(dX)).i(dt(dX)).p(acc).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).
-				p(ptr(rstd)).p(ptr(pos)).i(b).i(l).i(h).i(dim).i(hpu).i(perSeq).f(theta).i(lpr))
+				p(ptr(rstd)).p(ptr(pos)).i(b).i(l).i(h).i(dim).i(hpu).i(perSeq).f(theta).i(lpr).p(tab))
 	} else {
 		g := warpRowGrid(rows)
 		g[0] = min(g[0], maxBlocks)

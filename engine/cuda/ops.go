@@ -255,8 +255,12 @@ func (d *Device) rope(out, x, pos *engine.Tensor, theta float32, inverse bool) e
 		// thread in the y direction's stride.
 		g := grid1(int64(l) * int64(dim/16))
 		g[1] = max(1, min((b*h+rope8Rows-1)/rope8Rows, 65535))
+		tab, err := d.ropeTable(theta, dim)
+		if err != nil {
+			return err
+		}
 		return d.launch(ew, "rope8", g, threads256, 0,
-			newArgs().p(ptr(out)).i(dt(out)).p(ptr(x)).i(dt(x)).p(ptr(pos)).i(b).i(h).i(l).i(dim).f(theta).i(inv))
+			newArgs().p(ptr(out)).i(dt(out)).p(ptr(x)).i(dt(x)).p(ptr(pos)).i(b).i(h).i(l).i(dim).f(theta).i(inv).p(tab))
 	}
 	// x: (l, i) pairs, y: groups of ropeRows (b, h) rows sharing them.
 	g := grid1(int64(l) * int64(dim/2))
@@ -347,6 +351,11 @@ func (d *Device) KVAppend(cache, x *engine.Tensor, start int) error {
 	b, h, n, capacity, dim, err := engine.CheckKVAppend(d.own, cache, x, start)
 	if err != nil {
 		return err
+	}
+	if dim%8 == 0 && x.Numel()/8 < 1<<31 && cache.DType().IsFloat() && x.DType().IsFloat() &&
+		ptr(cache)%16 == 0 && ptr(x)%16 == 0 {
+		return d.launch(ew, "kv_append8", grid1(int64(x.Numel())/8), threads256, 0,
+			newArgs().p(ptr(cache)).i(dt(cache)).p(ptr(x)).i(dt(x)).i(b).i(h).i(n).i(capacity).i(dim).i(start))
 	}
 	return d.launch(ew, "kv_append", grid1(int64(x.Numel())), threads256, 0,
 		newArgs().p(ptr(cache)).i(dt(cache)).p(ptr(x)).i(dt(x)).i(b).i(h).i(n).i(capacity).i(dim).i(start))

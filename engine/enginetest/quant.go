@@ -30,8 +30,8 @@ func int8Cases(o Options, dt engine.DType) []Case {
 	var cs []Case
 	cs = append(cs, linearInt8Cases(o, dt)...)
 	cs = append(cs, embeddingInt8Cases(dt)...)
-	cs = append(cs, linearMultiInt8Cases(dt)...)
-	cs = append(cs, linearSwiGLUInt8Cases(dt)...)
+	cs = append(cs, linearMultiInt8Cases(o, dt)...)
+	cs = append(cs, linearSwiGLUInt8Cases(o, dt)...)
 	return cs
 }
 
@@ -80,7 +80,12 @@ func int8LinearErr(y, x, w []float64, m, n, k int) []float64 {
 // linearInt8Cases: decode-sized rows (the matrix-vector kernels: K and G
 // multiples of 16) and shapes they do not take (odd K, odd G, a partial
 // last group, many rows: the dequantize-and-multiply path), with and
-// without accumulation, f32 outputs and a rank-3 x.
+// without accumulation, f32 outputs and a rank-3 x; then decode batches
+// of 9 to 64 rows (CUDA's tensor-core kernel: K a multiple of 16, G a
+// multiple of 64 or >= K) at the projections' shapes of a small model,
+// with K split over blocks or not, a partial last stage (K % 128 != 0),
+// N off the 64-row tiles and per-channel scales, and 3 and 5 rows, which
+// PARALLAX_CUDA_QGEMM_MIN_ROWS moves to that kernel.
 func linearInt8Cases(o Options, dt engine.DType) []Case {
 	type lc struct {
 		lead       []int // x's leading dimensions (M = their product)
@@ -100,6 +105,23 @@ func linearInt8Cases(o Options, dt engine.DType) []Case {
 	}
 	if !o.Short {
 		shapes = append(shapes, lc{[]int{130}, 67, 300, 128, false, false}, lc{[]int{16}, 48, 1024, 128, true, true})
+	}
+	shapes = append(shapes,
+		lc{[]int{9}, 100, 80, 128, false, false}, // G > K: per-channel; one stage
+		lc{[]int{13}, 37, 1088, 64, true, false}, // a partial last stage
+		lc{[]int{5}, 72, 512, 128, false, false},
+		lc{[]int{3, 7}, 40, 256, 256, true, true}, // 21 rows, G = K
+	)
+	if !o.Short {
+		shapes = append(shapes,
+			lc{[]int{9}, 2048, 1024, 128, false, false},
+			lc{[]int{16}, 1024, 3072, 128, true, false},
+			lc{[]int{32}, 2048, 1024, 1024, true, false},
+			lc{[]int{32}, 1024, 3072, 128, false, true},
+			lc{[]int{64}, 2048, 1024, 128, true, false},
+			lc{[]int{64}, 1024, 3072, 4096, false, false},
+			lc{[]int{3}, 2048, 1024, 128, true, false},
+		)
 	}
 	var cs []Case
 	for _, s := range shapes {
@@ -198,13 +220,21 @@ func embeddingInt8Cases(dt engine.DType) []Case {
 }
 
 // linearMultiInt8Cases check engine.LinearMultiInt8 (one launch where the
-// device has the kernel, else a LinearInt8 each) against the reference.
-func linearMultiInt8Cases(dt engine.DType) []Case {
-	var cs []Case
-	for _, s := range []struct {
+// device has the kernel, else a LinearInt8 each) against the reference:
+// decode rows, then batches of 9 to 64 (q, k, v at a small model's shapes
+// beside small weights off the 64-row tiles).
+func linearMultiInt8Cases(o Options, dt engine.DType) []Case {
+	type mc struct {
 		m, k, g int
 		ns      []int
-	}{{1, 128, 64, []int{40, 24, 24}}, {3, 256, 128, []int{16, 8, 8, 16}}, {8, 64, 64, []int{9, 33}}, {2, 40, 16, []int{5, 7}}} {
+	}
+	shapes := []mc{{1, 128, 64, []int{40, 24, 24}}, {3, 256, 128, []int{16, 8, 8, 16}}, {8, 64, 64, []int{9, 33}}, {2, 40, 16, []int{5, 7}},
+		{12, 256, 128, []int{40, 24, 24}}, {33, 192, 64, []int{9, 70, 16, 5}}}
+	if !o.Short {
+		shapes = append(shapes, mc{16, 1024, 128, []int{2048, 1024, 1024}}, mc{64, 1024, 1024, []int{2048, 1024, 1024}})
+	}
+	var cs []Case
+	for _, s := range shapes {
 		cs = append(cs, Case{Op: "linear multi int8", Name: fmt.Sprintf("x %dx%d, weights %v, group %d", s.m, s.k, s.ns, s.g), DType: dt,
 			Run: func(dev engine.Device, rng *rand.Rand) ([]Metric, error) {
 				ts := NewTensors(dev)
@@ -250,9 +280,16 @@ func linearMultiInt8Cases(dt engine.DType) []Case {
 //	E_act = |act| + |silu'(g) v| E_g + |silu(g)| E_v + |silu(g) v|
 //
 // (the last term: SwiGLU rounding its own output after the products'.)
-func linearSwiGLUInt8Cases(dt engine.DType) []Case {
+// Decode rows, then batches of 9 to 64 (a small model's MLP beside small
+// shapes off the 32-column tiles of CUDA's tensor-core kernel).
+func linearSwiGLUInt8Cases(o Options, dt engine.DType) []Case {
+	type sc struct{ m, k, n, g int }
+	shapes := []sc{{1, 256, 40, 128}, {4, 64, 24, 32}, {9, 32, 8, 32}, {2, 40, 12, 8}, {12, 256, 40, 128}, {21, 1088, 70, 64}}
+	if !o.Short {
+		shapes = append(shapes, sc{9, 1024, 3072, 128}, sc{32, 1024, 3072, 128}, sc{64, 1024, 3072, 1024})
+	}
 	var cs []Case
-	for _, s := range []struct{ m, k, n, g int }{{1, 256, 40, 128}, {4, 64, 24, 32}, {9, 32, 8, 32}, {2, 40, 12, 8}} {
+	for _, s := range shapes {
 		cs = append(cs, Case{Op: "linear swiglu int8", Name: fmt.Sprintf("x %dx%d, weights %dx%d, group %d", s.m, s.k, s.n, s.k, s.g), DType: dt,
 			Run: func(dev engine.Device, rng *rand.Rand) ([]Metric, error) {
 				ts := NewTensors(dev)

@@ -65,7 +65,9 @@ func int8NormErr(h, w, y []float64, m, n, k int) []float64 {
 // int8NormCases: decode-sized rows (1..8, which the matrix-vector kernels
 // take, and 9, which they do not), K and groups the 16-byte kernels take
 // and ones they do not, the norm weight in f32 beside 16-bit activations
-// as the model passes it.
+// as the model passes it; then batches of 9 to 64 rows (CUDA's tensor-core
+// kernel, which sums the squares of x per K slice as it stages it): a
+// partial last stage, N off its tiles, a small model's q, k, v and MLP.
 func int8NormCases(o Options, dt engine.DType) []Case {
 	const eps = 1e-6
 	type nl struct {
@@ -78,6 +80,10 @@ func int8NormCases(o Options, dt engine.DType) []Case {
 		{9, 32, 32, []int{8}, 0}}
 	if o.Short {
 		shapes = shapes[:3]
+	}
+	shapes = append(shapes, nl{12, 256, 128, []int{40, 24, 24}, engine.F32}, nl{20, 1088, 64, []int{70, 9}, 0})
+	if !o.Short {
+		shapes = append(shapes, nl{32, 1024, 128, []int{2048, 1024, 1024}, engine.F32}, nl{64, 1024, 1024, []int{1024}, 0})
 	}
 	var cs []Case
 	for _, s := range shapes {
@@ -122,13 +128,18 @@ func int8NormCases(o Options, dt engine.DType) []Case {
 				return c.result()
 			}})
 	}
-	sw := []struct {
+	type ns struct {
 		m, k, n, g int
 		wdt        engine.DType
-	}{{1, 256, 40, 128, 0}, {4, 64, 24, 32, engine.F32}, {9, 32, 8, 32, 0}, {2, 1024, 64, 1024, engine.F32},
+	}
+	sw := []ns{{1, 256, 40, 128, 0}, {4, 64, 24, 32, engine.F32}, {9, 32, 8, 32, 0}, {2, 1024, 64, 1024, engine.F32},
 		{3, 40, 12, 8, 0}, {8, 128, 16, 64, 0}}
 	if o.Short {
 		sw = sw[:3]
+	}
+	sw = append(sw, ns{12, 256, 40, 128, engine.F32}, ns{24, 1088, 50, 64, 0})
+	if !o.Short {
+		sw = append(sw, ns{32, 1024, 3072, 128, engine.F32}, ns{64, 1024, 3072, 1024, 0})
 	}
 	for _, s := range sw {
 		wdt := s.wdt

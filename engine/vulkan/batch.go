@@ -216,12 +216,18 @@ func (b *batcher) submit() error {
 	return nil
 }
 
-// wait blocks until frame f's batch has finished and retires it.
+// wait blocks until frame f's batch has finished and retires it. On a
+// GPU it first polls the fence for up to d.fenceSpin (fenceSpinFor).
 func (b *batcher) wait(f *frame) error {
 	if f.seq == 0 {
 		return nil
 	}
 	fences := []vk.Fence{vkOf[vk.Fence](f.fence)}
+	if spin := b.d.fenceSpin; spin > 0 {
+		until := time.Now().Add(spin)
+		for vk.GetFenceStatus(b.d.dev, fences[0]) == vk.NotReady && time.Now().Before(until) {
+		}
+	}
 	// Wait in slices, so a batch that never completes (a driver or shader
 	// hang) becomes an error after waitTimeout instead of a stuck process.
 	deadline := time.Now().Add(waitTimeout())
@@ -273,29 +279,57 @@ func (b *batcher) waitFor(seq uint64) error {
 			return err
 		}
 	}
-	for {
-		var oldest *frame
-		for _, f := range b.frames {
-			if f.seq != 0 && (oldest == nil || f.seq < oldest.seq) {
-				oldest = f
+	// One blocking wait, on the first submission at or after seq: every
+	// command buffer starts with a barrier on all earlier work (and a
+	// fence signal covers every earlier submission of the queue), so when
+	// its fence signals, everything before it has finished too. Waiting
+	// for each earlier submission in turn instead (a decode step's
+	// uploads, the replay and the read-back) woke the host once per
+	// submission, each wake-up adding the driver's and the scheduler's
+	// latency to the step.
+	for seq > b.completed {
+		var first *frame
+		for _, f := range b.inFlightFrames() {
+			if f.seq >= seq && (first == nil || f.seq < first.seq) {
+				first = f
 			}
 		}
-		for _, f := range b.replays {
-			if f.seq != 0 && (oldest == nil || f.seq < oldest.seq) {
-				oldest = f
-			}
-		}
-		if oldest == nil || seq <= b.completed {
+		if first == nil {
 			break
 		}
-		if err := b.wait(oldest); err != nil {
+		if err := b.wait(first); err != nil {
 			return err
+		}
+	}
+	// Retire the earlier ones; their fences have signalled.
+	for _, f := range b.inFlightFrames() {
+		if f.seq <= b.completed {
+			if err := b.wait(f); err != nil {
+				return err
+			}
 		}
 	}
 	if b.inFlight() == 0 {
 		b.d.checkStatus()
 	}
 	return b.err
+}
+
+// inFlightFrames lists the submitted batches and replays not yet waited
+// for.
+func (b *batcher) inFlightFrames() []*frame {
+	var fs []*frame
+	for _, f := range b.frames {
+		if f.seq != 0 {
+			fs = append(fs, f)
+		}
+	}
+	for _, f := range b.replays {
+		if f.seq != 0 {
+			fs = append(fs, f)
+		}
+	}
+	return fs
 }
 
 // inFlight counts the submitted batches and replays not yet waited for.
@@ -548,6 +582,31 @@ func (d *Device) checkStatus() {
 	}
 	clear(buf)
 	d.fail(err)
+}
+
+// defaultFenceSpin is how long a wait on a GPU polls its fence before
+// blocking in vkWaitForFences: longer than a decode step, whose read-back
+// waits from the submission to the end of the step. A blocked thread is
+// woken by the driver some time after the fence signals (an interrupt,
+// the driver's own thread, the scheduler), a delay added to every step
+// that reads its result; polling keeps the thread running meanwhile.
+const defaultFenceSpin = 3 * time.Millisecond
+
+// fenceSpinFor is the fence polling of a device of type t:
+// PARALLAX_VULKAN_FENCE_SPIN (a Go duration, 0 to block at once), else
+// defaultFenceSpin on GPUs and none on a CPU device such as lavapipe, whose
+// own threads run the commands on the host's cores a spinning thread
+// would take.
+func fenceSpinFor(t vk.PhysicalDeviceType) time.Duration {
+	if v := os.Getenv("PARALLAX_VULKAN_FENCE_SPIN"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+			return d
+		}
+	}
+	if t == vk.PhysicalDeviceTypeCpu {
+		return 0
+	}
+	return defaultFenceSpin
 }
 
 // waitTimeout is how long a batch may run before the device is declared

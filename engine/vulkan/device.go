@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"runtime"
+	"time"
 	"unsafe"
 
 	vk "github.com/vulkan-go/vulkan"
@@ -37,6 +38,8 @@ type Device struct {
 	no16     bool // 16-bit tensors through 32-bit words and atomics
 	coop     bool // NV cooperative-matrix matmul kernel
 	subgroup int  // subgroup size
+
+	fenceSpin time.Duration // how long a wait polls a fence before blocking (fenceSpinFor)
 
 	mem   *allocator // tensors
 	stage *allocator // host-visible staging for uploads and readbacks (nil on UMA)
@@ -140,6 +143,7 @@ func newDeviceWith(rt *vkRuntime, p *physDevice, present bool, o Options) (*Devi
 	d.push = p.x.hasPushDescriptor != 0 && p.x.maxPushDescriptors >= maxBindings && !o.NoPushDescriptors
 	d.no16 = !p.has16BitStorage() || o.No16BitStorage
 	d.coop, _ = p.coopMatMulNV()
+	d.fenceSpin = fenceSpinFor(p.devType)
 	if d.subgroup <= 0 {
 		d.subgroup = 1
 	}

@@ -595,6 +595,7 @@ type fusedStep struct {
 	x, n1, n2, qn, kn, wq, wk, wv, wo, wg, wu, wd, wl *engine.Tensor
 	q, k, v, qo, kc, vc, att, res, act, mlp, logits   *engine.Tensor
 	pos, starts, lens                                 *engine.Tensor
+	q8                                                *fusedInt8 // int8 weights for stepInt8, or nil
 }
 
 const (
@@ -713,6 +714,100 @@ func TestFusedStepGraph(t *testing.T) {
 	ts := &tensors{t: t, dev: d}
 	defer ts.free()
 	rec, eager := newFusedStep(ts, rng), newFusedStep(ts, rng)
+	testStepGraph(t, d, rng, rec, eager, (*fusedStep).step, []string{"gemv norm multi", "decode prep", "gemv norm swiglu"})
+}
+
+// TestFusedStepGraphInt8 is TestFusedStepGraph with int8 weights: the
+// int8 forms of the fused ops (NormLinearMultiInt8, NormLinearSwiGLUInt8)
+// and LinearInt8 must be one dispatch each, allocate nothing (the fused
+// SwiGLU once took f32 scratch from Alloc, whose zero fill and Free made
+// every int8 step refuse recording) and replay bit for bit.
+func TestFusedStepGraphInt8(t *testing.T) {
+	d := testDevice(t)
+	if _, _, ok := d.gemvShape(); !ok {
+		t.Skip("no GEMV kernel on this device")
+	}
+	rng := rand.New(rand.NewPCG(6, 8))
+	ts := &tensors{t: t, dev: d}
+	defer ts.free()
+	rec, eager := newFusedStep(ts, rng), newFusedStep(ts, rng)
+	// The int8 weights, shared by both steps (they only read them), with
+	// the shapes of the 16-bit ones.
+	q8 := &fusedInt8{}
+	for _, p := range []struct {
+		w  *engine.Int8Weight
+		of *engine.Tensor
+	}{{&q8.wq, rec.wq}, {&q8.wk, rec.wk}, {&q8.wv, rec.wv}, {&q8.wo, rec.wo}, {&q8.wg, rec.wg}, {&q8.wu, rec.wu},
+		{&q8.wd, rec.wd}, {&q8.wl, rec.wl}} {
+		n, k := p.of.Dim(0), p.of.Dim(1)
+		q, sc, err := engine.QuantizeInt8(randVals(rng, engine.F32, n*k, 0.2), n, k, 32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *p.w, err = engine.NewInt8Weight(d, q, sc, n, k, 32); err != nil {
+			t.Fatal(err)
+		}
+		defer p.w.Free(d)
+	}
+	rec.q8, eager.q8 = q8, q8
+	ran := testStepGraph(t, d, rng, rec, eager, (*fusedStep).stepInt8,
+		[]string{"qmatmul norm multi 3 weights", "decode prep", "qmatmul norm swiglu"})
+	for _, k := range []string{"fill", "elementwise", "rms"} {
+		if strings.Contains(ran, k) {
+			t.Fatalf("the int8 step ran %q: want no %s dispatch", ran, k)
+		}
+	}
+}
+
+// fusedInt8 are the int8 weights of a fusedStep (stepInt8).
+type fusedInt8 struct{ wq, wk, wv, wo, wg, wu, wd, wl engine.Int8Weight }
+
+// stepInt8 is step over the int8 weights q8.
+func (s *fusedStep) stepInt8(d *Device) error {
+	need := func(what string, done bool, err error) error {
+		if err == nil && !done {
+			err = fmt.Errorf("%s declined", what)
+		}
+		return err
+	}
+	w := s.q8
+	steps := []func() error{
+		func() error {
+			done, err := d.NormLinearMultiInt8([]*engine.Tensor{mustReshape(s.q, 1, fsHq*fsD), mustReshape(s.k, 1, fsHkv*fsD),
+				mustReshape(s.v, 1, fsHkv*fsD)}, []engine.Int8Weight{w.wq, w.wk, w.wv}, s.x, s.n1, 1e-6)
+			return need("norm linear multi int8", done, err)
+		},
+		func() error {
+			done, err := d.DecodePrep(engine.DecodePrepArgs{Q: s.q, K: s.k, V: s.v, QNorm: s.qn, KNorm: s.kn, QOut: s.qo,
+				KCache: s.kc, VCache: s.vc, Pos: s.pos, Starts: s.starts, Eps: 1e-6, Theta: 1e4})
+			return need("decode prep", done, err)
+		},
+		func() error {
+			return d.DecodeAttention(engine.DecodeArgs{Q: s.qo, KCache: s.kc, VCache: s.vc, Lens: s.lens, O: s.att, Splits: 2})
+		},
+		func() error { return d.Cast(s.res, s.x) },
+		func() error { return d.LinearInt8(s.res, mustReshape(s.att, 1, fsHq*fsD), w.wo, true) },
+		func() error {
+			done, err := d.NormLinearSwiGLUInt8(s.act, s.res, s.n2, w.wg, w.wu, 1e-6)
+			return need("norm linear swiglu int8", done, err)
+		},
+		func() error { return d.LinearInt8(s.mlp, s.act, w.wd, false) },
+		func() error { return d.LinearInt8(s.logits, s.mlp, w.wl, false) },
+	}
+	for i, f := range steps {
+		if err := f(); err != nil {
+			return fmt.Errorf("op %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// testStepGraph runs step eagerly once on rec (counting its dispatches:
+// each of once must run exactly once), records it, and replays it over
+// five positions against eager, which runs the step eagerly over the same
+// inputs; it returns the eager step's dispatches.
+func testStepGraph(t *testing.T, d *Device, rng *rand.Rand, rec, eager *fusedStep, step func(*fusedStep, *Device) error, once []string) string {
+	t.Helper()
 	for _, p := range [][2]*engine.Tensor{{rec.n1, eager.n1}, {rec.n2, eager.n2}, {rec.qn, eager.qn}, {rec.kn, eager.kn},
 		{rec.wq, eager.wq}, {rec.wk, eager.wk}, {rec.wv, eager.wv}, {rec.wo, eager.wo}, {rec.wg, eager.wg},
 		{rec.wu, eager.wu}, {rec.wd, eager.wd}, {rec.wl, eager.wl}} {
@@ -721,8 +816,8 @@ func TestFusedStepGraph(t *testing.T) {
 		}
 	}
 	rec.inputs(t, d, randVals(rng, engine.BF16, fsDim, 1), 0)
-	ran := kernelsRun(t, d, func() error { return rec.step(d) })
-	for _, k := range []string{"gemv norm multi", "decode prep", "gemv norm swiglu"} {
+	ran := kernelsRun(t, d, func() error { return step(rec, d) })
+	for _, k := range once {
 		if strings.Count(ran, k) != 1 {
 			t.Fatalf("the step ran %q: want one %s", ran, k)
 		}
@@ -734,7 +829,7 @@ func TestFusedStepGraph(t *testing.T) {
 	if err := d.BeginGraph(); err != nil {
 		t.Fatal(err)
 	}
-	if err := rec.step(d); err != nil {
+	if err := step(rec, d); err != nil {
 		t.Fatal(err)
 	}
 	g, err := d.EndGraph()
@@ -745,7 +840,7 @@ func TestFusedStepGraph(t *testing.T) {
 	for pos := 0; pos < 5; pos++ {
 		x := randVals(rng, engine.BF16, fsDim, 1)
 		eager.inputs(t, d, x, pos)
-		if err := eager.step(d); err != nil {
+		if err := step(eager, d); err != nil {
 			t.Fatal(err)
 		}
 		rec.inputs(t, d, x, pos)
@@ -762,4 +857,5 @@ func TestFusedStepGraph(t *testing.T) {
 	if err := d.Sync(); err != nil {
 		t.Fatal(err)
 	}
+	return ran
 }

@@ -133,8 +133,10 @@ func (o Options) kernels(coop, sg32 bool) map[string]string {
 	if coop {
 		m["matmul"] = "matmul_coop (16-bit inputs) + matmul"
 	}
+	m["linear int8"] = "qdequant + matmul"
 	if !o.NoGEMV {
 		m["matmul"] = "gemv (1 to 8 rows against a weight), " + m["matmul"]
+		m["linear int8"] = "qmatmul (1 to 8 rows; up to four weights, or gate and up with the SwiGLU, the RMSNorm folded in), else " + m["linear int8"]
 	}
 	if tc && o.Attention != "scalar" {
 		m["attention forward"] = "attn_fwd_coop (16-bit, D%16 = 0 up to 128) + attn_fwd"

@@ -46,9 +46,11 @@ func TestOptionsKernels(t *testing.T) {
 		{Options{}, true, false, "matmul", "matmul_coop"},
 		{Options{}, false, false, "matmul", "gemv"},
 		{Options{NoGEMV: true}, false, false, "matmul", "matmul (scalar)"},
+		{Options{}, false, false, "linear int8", "qmatmul"},
+		{Options{NoGEMV: true}, false, false, "linear int8", "qdequant + matmul"},
 	} {
 		k := tc.o.kernels(tc.coop, tc.sg32)
-		for _, f := range []string{"matmul", "attention forward", "attention backward", "decode"} {
+		for _, f := range []string{"matmul", "linear int8", "attention forward", "attention backward", "decode"} {
 			if k[f] == "" {
 				t.Errorf("%+v: no %q entry in %v", tc.o, f, k)
 			}

@@ -39,7 +39,7 @@ func TestNo16BitStoragePath(t *testing.T) {
 	if !d.no16 {
 		t.Fatal("No16BitStorage did not select the word-access kernels")
 	}
-	runCases(t, d, `^(add scaled|cast|swapaxes12|kv append|embedding|rmsnorm|cross entropy|matmul|linear multi|linear swiglu|argmax rows|attention|attention backward|decode attention)/`,
+	runCases(t, d, `^(add scaled|cast|swapaxes12|kv append|embedding|rmsnorm|cross entropy|matmul|linear multi|linear swiglu|argmax rows|attention|attention backward|decode attention|linear int8|linear multi int8|linear swiglu int8|norm linear multi int8|norm linear swiglu int8|embedding int8)/`,
 		engine.BF16, engine.F16)
 }
 

@@ -388,11 +388,14 @@ __device__ __forceinline__ float ld_cg(const float *p) {
 // FP64 instructions, and at the H200's FP64 rate eight of them per thread
 // made the 16-byte RoPE kernels compute-bound at 3-4x their memory time.
 // Above ROPE_FMAX pairs nothing is stored and rope_freq computes f_i itself.
+// A kernel given tab (the host's f_i in double, engine.RoPEFrequencies,
+// uploaded once per theta and D) copies it instead: the pow's latency
+// then stays off the start of every block.
 #define ROPE_FMAX 256
-__device__ __forceinline__ void rope_freqs(double *f, float theta, int D) {
+__device__ __forceinline__ void rope_freqs(double *f, float theta, int D, const double *tab = nullptr) {
 	int half = D >> 1;
 	if (half <= ROPE_FMAX)
-		for (int i = threadIdx.x; i < half; i += blockDim.x) f[i] = pow((double)theta, -2.0 * i / D);
+		for (int i = threadIdx.x; i < half; i += blockDim.x) f[i] = tab ? tab[i] : pow((double)theta, -2.0 * i / D);
 	__syncthreads();
 }
 
@@ -401,12 +404,18 @@ __device__ __forceinline__ double rope_freq(const double *f, int i, float theta,
 }
 
 // rope_sincos returns cos and sin of the angle p f: formed in double and
-// reduced modulo 2 pi there (two-constant Cody-Waite), then sincosf of the
-// reduced f32 angle, so any position keeps f32 accuracy at f32 cost.
+// reduced modulo 2 pi there (two-constant Cody-Waite), then turned into
+// half-turns x = r / pi in [-1, 1] and sincospif of the f32 x, so any
+// position keeps f32 accuracy at f32 cost. sincospif rather than sincosf:
+// its argument reduction is exact, so it carries no large-argument
+// (Payne-Hanek) path, which sincosf inlines with a local-memory array at
+// every call; eight such copies a thread made the 16-byte RoPE kernels run
+// at a quarter of the memory bandwidth. The f32 rounding of x moves the
+// angle by at most pi 2^-25, as the rounding of r did.
 __device__ __forceinline__ void rope_sincos(double p, double f, float *c, float *s) {
 	double a = p * f;
 	double k = rint(a * 0.15915494309189535);
 	double r = fma(-k, 6.283185307179586, a);
 	r = fma(-k, 2.4492935982947064e-16, r);
-	sincosf((float)r, s, c);
+	sincospif((float)(r * 0.3183098861837907), s, c);
 }

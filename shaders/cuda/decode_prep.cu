@@ -33,13 +33,9 @@ struct dp_freq {
 	double f[128];
 };
 
-__device__ __forceinline__ void dp_sincos(int p, double f, float *c, float *s) {
-	double a = (double)p * f;
-	double k = rint(a * 0.15915494309189535);
-	double r = fma(-k, 6.283185307179586, a);
-	r = fma(-k, 2.4492935982947064e-16, r);
-	sincosf((float)r, s, c);
-}
+// dp_sincos is rope_sincos (common.cuh), so decode and prefill rotate
+// alike bit for bit.
+__device__ __forceinline__ void dp_sincos(int p, double f, float *c, float *s) { rope_sincos((double)p, f, c, s); }
 
 extern "C" __global__ void __launch_bounds__(128) decode_prep(const __grid_constant__ dp_set s, const __grid_constant__ dp_freq fr, const int *pos, const int *starts,
                                                               int B, int L, int D, int Cap, int per_seq, float eps,

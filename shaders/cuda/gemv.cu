@@ -49,27 +49,26 @@ __device__ __forceinline__ void gemv_rstd(float *rstd, const void *x, int dt, in
 	__syncthreads();
 }
 
-// gemv_row computes column n of out for the M rows of x. NORM: the rows
-// are normed first (g [K] of dtype dtg, rstd from gemv_rstd).
-template <int M, bool NORM>
-__device__ __forceinline__ void gemv_row(void *out, int dto, const void *x, const void *w, int dt, int N, int K,
-                                         int accumulate, int n, const void *g, int dtg, const float *rstd) {
-	int lane = threadIdx.x & 31;
-	if (n >= N) return;
-	float s[M];
+// gemv_dot sums, for each of the M rows of x, this lane's share of the
+// dot product with the weight row at row (elements k0, k0 + 256 KS, ...
+// in 8-element chunks, four loads in flight): KS warps share a row when
+// KS > 1, lane offsets k0 = q 256 + 8 lane. NORM multiplies each weight
+// chunk by the norm weight g first.
+template <int M, bool NORM, int KS>
+__device__ __forceinline__ void gemv_dot(float *s, const void *x, const void *w, int dt, int K, i64 row, int k0,
+                                         const void *g, int dtg) {
 #pragma unroll
 	for (int m = 0; m < M; m++) s[m] = 0.0f;
-	const i64 row = (i64)n * K;
-	for (int k0 = lane * 8; k0 < K; k0 += 32 * 8 * 4) {
+	for (; k0 < K; k0 += 256 * KS * 4) {
 		float wv[4][8];
 #pragma unroll
 		for (int u = 0; u < 4; u++) {
-			int k = k0 + u * 256;
+			int k = k0 + u * 256 * KS;
 			if (k < K) ld8f(w, dt, row + k, wv[u]);
 		}
 #pragma unroll
 		for (int u = 0; u < 4; u++) {
-			int k = k0 + u * 256;
+			int k = k0 + u * 256 * KS;
 			if (k >= K) break;
 			if (NORM) {
 				float gv[8];
@@ -86,6 +85,17 @@ __device__ __forceinline__ void gemv_row(void *out, int dto, const void *x, cons
 			}
 		}
 	}
+}
+
+// gemv_row computes column n of out for the M rows of x. NORM: the rows
+// are normed first (g [K] of dtype dtg, rstd from gemv_rstd).
+template <int M, bool NORM>
+__device__ __forceinline__ void gemv_row(void *out, int dto, const void *x, const void *w, int dt, int N, int K,
+                                         int accumulate, int n, const void *g, int dtg, const float *rstd) {
+	int lane = threadIdx.x & 31;
+	if (n >= N) return;
+	float s[M];
+	gemv_dot<M, NORM, 1>(s, x, w, dt, K, (i64)n * K, lane * 8, g, dtg);
 #pragma unroll
 	for (int m = 0; m < M; m++) {
 		float v = warp_sum(s[m]);
@@ -95,6 +105,39 @@ __device__ __forceinline__ void gemv_row(void *out, int dto, const void *x, cons
 			if (accumulate) v += ldf(out, dto, o);
 			stf(out, dto, o, v);
 		}
+	}
+}
+
+// gemv_row_split is gemv_row with each output column's K split over KS
+// warps of the block (8 / KS columns a block): warp w takes column
+// n0 + w / KS and the 256-element chunks k with k / 256 = w mod KS (mod KS),
+// and the KS partial sums meet in shared memory, added in a fixed order.
+// For a product of few columns (N = 1024 is 128 blocks of 8 columns: one
+// block an SM, too few loads in flight to reach the bandwidth) it puts KS
+// times the blocks in flight. No early return: every warp reaches the
+// barrier.
+template <int M, int KS>
+__device__ __forceinline__ void gemv_row_split(void *out, int dto, const void *x, const void *w, int dt, int N, int K,
+                                               int accumulate) {
+	__shared__ float part[8][M];
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	int n = blockIdx.x * (8 / KS) + warp / KS, q = warp % KS;
+	float s[M];
+	gemv_dot<M, false, KS>(s, x, w, dt, n < N ? K : 0, (i64)n * K, q * 256 + lane * 8, 0, 0);
+#pragma unroll
+	for (int m = 0; m < M; m++) {
+		float v = warp_sum(s[m]);
+		if (lane == 0) part[warp][m] = v;
+	}
+	__syncthreads();
+	if (q == 0 && lane < M && n < N) {
+		int m = lane;
+		float v = part[warp][m];
+#pragma unroll
+		for (int j = 1; j < KS; j++) v += part[warp + j][m];
+		i64 o = (i64)m * N + n;
+		if (accumulate) v += ldf(out, dto, o);
+		stf(out, dto, o, v);
 	}
 }
 
@@ -216,6 +259,29 @@ __device__ __forceinline__ void gemv_swiglu_row(void *act, int dto, const void *
 		gemv_swiglu_row<MM, true>(act, dto, x, wg, wu, dt, N, K,                                                   \
 		                          (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5), g, dtg, rstd);         \
 	}
+// gemv_k2_m*, gemv_k4_m*: gemv_m* with K split over 2 or 4 warps a column
+// (gemv_row_split).
+#define GEMV_SPLIT(MM, KS)                                                                                         \
+	extern "C" __global__ void __launch_bounds__(256) gemv_k##KS##_m##MM(void *out, int dto, const void *x,        \
+	                                                                   const void *w, int dt, int N, int K,       \
+	                                                                   int accumulate) {                          \
+		pdl_trigger();                                                                                             \
+		if (threadIdx.x == 0 && blockIdx.x * (8 / KS) < N)                                                         \
+			l2_prefetch((const u16 *)w + (i64)blockIdx.x * (8 / KS) * K,                                           \
+			            (u32)(min(8 / KS, N - (int)blockIdx.x * (8 / KS)) * K * 2));                               \
+		pdl_wait();                                                                                                \
+		gemv_row_split<MM, KS>(out, dto, x, w, dt, N, K, accumulate);                                              \
+	}
+#define GEMV_SPLITS(MM) GEMV_SPLIT(MM, 2) GEMV_SPLIT(MM, 4)
+GEMV_SPLITS(1)
+GEMV_SPLITS(2)
+GEMV_SPLITS(3)
+GEMV_SPLITS(4)
+GEMV_SPLITS(5)
+GEMV_SPLITS(6)
+GEMV_SPLITS(7)
+GEMV_SPLITS(8)
+
 GEMV(1)
 GEMV(2)
 GEMV(3)

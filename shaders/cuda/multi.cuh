@@ -31,3 +31,17 @@ __device__ __forceinline__ int mt_find(const int *start, int T, int blk) {
 	i64 c1 = min(c0 + MT_CHUNK, e.n);                                            \
 	for (i64 i = c0 + threadIdx.x; i < c1; i += blockDim.x) __VA_ARGS__
 
+
+// MT_LOOP8 is MT_LOOP eight consecutive elements a thread, for tables whose
+// every tensor has a multiple of 8 elements and 16-byte aligned operands
+// (the host checks; MT_CHUNK is a multiple of 8, so a chunk never splits a
+// group): the body loads and stores them as 16-byte accesses (ld8f,
+// st8f), which a streaming optimizer kernel needs to come near the memory
+// bandwidth. The arithmetic per element is the scalar kernel's.
+#define MT_LOOP8(tab, T, ...)                                                    \
+	const int *start = (const int *)(tab + T);                                   \
+	int t = mt_find(start, T, blockIdx.x);                                       \
+	const mt_entry e = tab[t];                                                   \
+	i64 c0 = (i64)(blockIdx.x - start[t]) * MT_CHUNK;                            \
+	i64 c1 = min(c0 + MT_CHUNK, e.n);                                            \
+	for (i64 i = c0 + 8 * (i64)threadIdx.x; i < c1; i += 8 * (i64)blockDim.x) __VA_ARGS__

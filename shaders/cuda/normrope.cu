@@ -48,14 +48,14 @@ __device__ __forceinline__ void nr_unit(i64 u, int L, int chunks, int hpu, int *
 
 extern "C" __global__ void normrope8(void *out, int dto, float *rstd, const void *x, int dtx, const void *w, int dtw,
                                      const int *pos, int B, int L, int H, int D, int hpu, int per_seq, float eps,
-                                     float theta, int lpr) {
+                                     float theta, int lpr, const double *ftab) {
 	int lane = threadIdx.x & 31, sub = lane & (lpr - 1), gpw = 32 / lpr;
 	int half = D >> 1, i0 = 8 * sub;
 	int chunks = (H + hpu - 1) / hpu;
 	i64 units = (i64)B * L * chunks;
 	i64 warp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), nwarps = (i64)gridDim.x * (blockDim.x >> 5);
 	__shared__ double fr[ROPE_FMAX];
-	rope_freqs(fr, theta, D);
+	rope_freqs(fr, theta, D, ftab);
 	double f[8];
 	float w1[8], w2[8];
 #pragma unroll
@@ -108,7 +108,8 @@ extern "C" __global__ void normrope8(void *out, int dto, float *rstd, const void
 // [D] (f32) with one atomic a column.
 extern "C" __global__ void normrope_bwd8(void *dx, int dtdx, float *acc, const void *dout, int dtdo, const void *x,
                                          int dtx, const void *w, int dtw, const float *rstd, const int *pos, int B,
-                                         int L, int H, int D, int hpu, int per_seq, float theta, int lpr) {
+                                         int L, int H, int D, int hpu, int per_seq, float theta, int lpr,
+                                         const double *ftab) {
 	extern __shared__ float sh[];
 	int lane = threadIdx.x & 31, sub = lane & (lpr - 1), gpw = 32 / lpr;
 	int half = D >> 1, i0 = 8 * sub;
@@ -117,7 +118,7 @@ extern "C" __global__ void normrope_bwd8(void *dx, int dtdx, float *acc, const v
 	i64 warp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), nwarps = (i64)gridDim.x * (blockDim.x >> 5);
 	for (int i = threadIdx.x; i < D; i += blockDim.x) sh[i] = 0;
 	__shared__ double fr[ROPE_FMAX];
-	rope_freqs(fr, theta, D);
+	rope_freqs(fr, theta, D, ftab);
 	double f[8];
 	float w1[8], w2[8], dw1[8], dw2[8];
 #pragma unroll

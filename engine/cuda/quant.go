@@ -254,7 +254,12 @@ func (d *Device) LinearInt8(out, x *engine.Tensor, w engine.Int8Weight, accumula
 		set, tiles := int8Set([]*engine.Tensor{out}, ws, dm, qgemmTileRows)
 		return d.qgemm(env, "", &set, tiles, dt(out), x, dims, w.Group, accumulate, nil, 0)
 	case int8QGEMV:
-		return d.launch(qmod, fmt.Sprintf("qgemv_m%d", dims.M), [3]int{(dims.N + 7) / 8, 1, 1}, threads256, 0,
+		name, blocks := fmt.Sprintf("qgemv_m%d", dims.M), (dims.N+7)/8
+		if dims.M == 1 && gemvSplit(blocks, dims.K, d.g.sms) == 2 && dims.K >= 1024 {
+			// As for the 16-bit products: 2 warps a column (qgemv_k2_m1).
+			name, blocks = "qgemv_k2_m1", (dims.N+3)/4
+		}
+		return d.launch(qmod, name, [3]int{blocks, 1, 1}, threads256, 0,
 			newArgs().p(ptr(out)).i(dt(out)).p(ptr(x)).i(dt(x)).p(ptr(w.Q)).p(ptr(w.Scales)).
 				i(dims.N).i(dims.K).i(w.Group).i(dims.Groups).i(b2i(accumulate)))
 	}

@@ -102,6 +102,10 @@ func linearInt8Cases(o Options, dt engine.DType) []Case {
 		{[]int{5}, 16, 64, 7, true, false},    // odd G
 		{[]int{2, 3}, 20, 64, 32, false, true},
 		{[]int{37}, 29, 160, 32, true, false}, // many rows
+		// One row with K >= 1024 and few columns: K split over two warps
+		// a column on CUDA (qgemv_k2_m1), K % 512 != 0 in the second.
+		{[]int{1}, 40, 1024, 128, true, false},
+		{[]int{1}, 13, 2064, 48, false, true},
 	}
 	if !o.Short {
 		shapes = append(shapes, lc{[]int{130}, 67, 300, 128, false, false}, lc{[]int{16}, 48, 1024, 128, true, true})

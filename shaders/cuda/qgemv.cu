@@ -84,23 +84,25 @@ __device__ __forceinline__ void qgemv_rstd(float *rstd, const void *x, int dt, i
 // scaled by its group's scale (G a multiple of 16, or >= K). NORM: each
 // chunk is also multiplied by the norm weight g [K] (dtype dtg, 16-byte
 // aligned); the caller scales the sums by rstd.
-template <int M, bool NORM>
+// KS > 1: KS warps share the row, the warp of part p taking the chunks
+// k0 = 512 p + 16 lane, k0 + 512 KS, ... (qgemv_row_split).
+template <int M, bool NORM, int KS = 1>
 __device__ __forceinline__ void qgemv_acc(float *acc, const void *x, int dtx, const i8 *q, const float *s, int K, int G,
-                                          int ng, int n, const void *g, int dtg) {
+                                          int ng, int n, const void *g, int dtg, int part = 0) {
 	int lane = threadIdx.x & 31;
 	const uint4 *qr = (const uint4 *)(q + (i64)n * K);
 	const float *sr = s + (i64)n * ng;
-	for (int k0 = lane * 16; k0 < K; k0 += 32 * 16 * 4) {
+	for (int k0 = part * 512 + lane * 16; k0 < K; k0 += 512 * KS * 4) {
 		uint4 wv[4];
 		float sc[4];
 #pragma unroll
 		for (int u = 0; u < 4; u++) {
-			int k = k0 + u * 512;
+			int k = k0 + u * 512 * KS;
 			if (k < K) wv[u] = qr[k >> 4], sc[u] = sr[k / G];
 		}
 #pragma unroll
 		for (int u = 0; u < 4; u++) {
-			int k = k0 + u * 512;
+			int k = k0 + u * 512 * KS;
 			if (k >= K) break;
 			float wf[16];
 			i8x16f(wv[u], wf);
@@ -142,6 +144,44 @@ __device__ __forceinline__ void qgemv_row(void *out, int dto, const void *x, int
 			stf(out, dto, o, v);
 		}
 	}
+}
+
+// qgemv_row_split is qgemv_row with each column's K split over KS warps
+// of the block (8 / KS columns a block), their partial sums added in shared
+// memory in a fixed order: a product of few columns (N = 1024: 128 blocks
+// of 8 on 132 SMs) otherwise has too few loads in flight to reach the
+// bandwidth. Every warp reaches the barrier.
+template <int M, int KS>
+__device__ __forceinline__ void qgemv_row_split(void *out, int dto, const void *x, int dtx, const i8 *q, const float *s,
+                                                int N, int K, int G, int ng, int accumulate) {
+	__shared__ float part[8][M];
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	int n = blockIdx.x * (8 / KS) + warp / KS, p = warp % KS;
+	float acc[M];
+#pragma unroll
+	for (int m = 0; m < M; m++) acc[m] = 0.0f;
+	if (n < N) qgemv_acc<M, false, KS>(acc, x, dtx, q, s, K, G, ng, n, 0, 0, p);
+#pragma unroll
+	for (int m = 0; m < M; m++) {
+		float v = warp_sum(acc[m]);
+		if (lane == 0) part[warp][m] = v;
+	}
+	__syncthreads();
+	if (p == 0 && lane < M && n < N) {
+		float v = part[warp][lane];
+#pragma unroll
+		for (int j = 1; j < KS; j++) v += part[warp + j][lane];
+		i64 o = (i64)lane * N + n;
+		if (accumulate) v += ldf(out, dto, o);
+		stf(out, dto, o, v);
+	}
+}
+
+// qgemv_k2_m1: qgemv_m1 with K split over 2 warps a column.
+extern "C" __global__ void __launch_bounds__(256) qgemv_k2_m1(void *out, int dto, const void *x, int dtx, const i8 *q,
+                                                              const float *s, int N, int K, int G, int ng,
+                                                              int accumulate) {
+	qgemv_row_split<1, 2>(out, dto, x, dtx, q, s, N, K, G, ng, accumulate);
 }
 
 // qgemv_set: up to four int8 weights [N_i, K] (one group size) against

@@ -52,27 +52,8 @@ if [[ -x $dest/bin/glslc ]]; then
 	check
 	exit
 fi
-for c in apt-get apt-cache dpkg-deb; do
-	command -v $c >/dev/null 2>&1 || { echo "fetch-glslc13: no $c" >&2; exit 1; }
-done
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-[[ -e $keyring ]] || { echo "fetch-glslc13: no $keyring" >&2; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/debs"
-cat >"$tmp/trixie.sources" <<SRC
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: trixie
-Components: main
-Signed-By: $keyring
-SRC
-# An empty dpkg status: dependencies are resolved as for an empty machine,
-# whatever this one has installed.
-opts=(-qq -o "Dir::Etc::sourcelist=$tmp/trixie.sources" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$tmp/lists"
-	-o "Dir::Cache=$tmp/cache" -o Dir::State::status=/dev/null -o APT::Architecture=amd64 -o APT::Architectures=amd64)
-[[ $(id -u) -eq 0 ]] && opts+=(-o APT::Sandbox::User=root) # files in $tmp, not _apt's
-apt-get "${opts[@]}" update >/dev/null
+source "$(dirname "$0")/trixie-apt.sh"
+trixie_apt fetch-glslc13 "trixie" main empty
 # glslc and spirv-tools (a spirv-val that knows the KHR cooperative-matrix
 # capability; Debian 12's rejects it), and everything they need down to
 # libc6 (glslang and SPIRV-Tools are linked into libshaderc1).

@@ -33,27 +33,8 @@ if [[ -x $dest/bin/vk-run ]]; then
 	check
 	exit
 fi
-for c in apt-get apt-cache dpkg-deb; do
-	command -v $c >/dev/null 2>&1 || { echo "fetch-lavapipe-khr: no $c" >&2; exit 1; }
-done
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-[[ -e $keyring ]] || { echo "fetch-lavapipe-khr: no $keyring" >&2; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/debs"
-cat >"$tmp/trixie.sources" <<SRC
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: trixie trixie-backports
-Components: main
-Signed-By: $keyring
-SRC
-# An empty dpkg status: dependencies are resolved as for an empty machine,
-# whatever this one has installed.
-opts=(-qq -o "Dir::Etc::sourcelist=$tmp/trixie.sources" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$tmp/lists"
-	-o "Dir::Cache=$tmp/cache" -o Dir::State::status=/dev/null -o APT::Architecture=amd64 -o APT::Architectures=amd64)
-[[ $(id -u) -eq 0 ]] && opts+=(-o APT::Sandbox::User=root) # files in $tmp, not _apt's
-apt-get "${opts[@]}" update >/dev/null
+source "$(dirname "$0")/trixie-apt.sh"
+trixie_apt fetch-lavapipe-khr "trixie trixie-backports" main empty
 # Only Mesa comes from backports (it is built against trixie's libraries,
 # which are the candidates for everything else).
 mesa=mesa-vulkan-drivers/trixie-backports

@@ -8,25 +8,8 @@
 set -euo pipefail
 dest=$(realpath -m "$1") # absolute: the script changes directory
 [[ -e $dest/libnvrtc.so.12 ]] && exit 0
-for c in apt-get dpkg-deb; do
-	command -v $c >/dev/null 2>&1 || { echo "fetch-nvrtc: no $c" >&2; exit 1; }
-done
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-[[ -e $keyring ]] || { echo "fetch-nvrtc: no $keyring" >&2; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/debs"
-cat >"$tmp/trixie.sources" <<SRC
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: trixie
-Components: non-free
-Signed-By: $keyring
-SRC
-opts=(-qq -o "Dir::Etc::sourcelist=$tmp/trixie.sources" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$tmp/lists"
-	-o "Dir::Cache=$tmp/cache" -o APT::Architecture=amd64 -o APT::Architectures=amd64)
-[[ $(id -u) -eq 0 ]] && opts+=(-o APT::Sandbox::User=root) # files in $tmp, not _apt's
-apt-get "${opts[@]}" update >/dev/null
+source "$(dirname "$0")/trixie-apt.sh"
+trixie_apt fetch-nvrtc "trixie" non-free
 cd "$tmp/debs"
 apt-get "${opts[@]}" download libnvrtc12 >/dev/null
 # The builtins package is named for the CUDA version (libnvrtc-builtins12.4).

@@ -244,36 +244,33 @@ func runBenchGenerate(args []string, stdout, stderr io.Writer) error {
 			samples[i] = time.Since(t).Seconds()
 		}
 	}
-	var profiled engine.Profile
-	if *profile {
+	// profileOnce times every op of one more call of f with the device's
+	// timers.
+	profileOnce := func(what string, f func() error) (engine.Profile, error) {
 		if err := prof.StartProfile(); err != nil {
-			return fmt.Errorf("bench generate: %w", err)
+			return nil, fmt.Errorf("bench generate: %w", err)
 		}
-		err := stepOnce(next, 1)
+		err := f()
 		p, perr := prof.StopProfile()
 		if err != nil {
-			return fmt.Errorf("bench generate: profiled decode step: %w", err)
+			return nil, fmt.Errorf("bench generate: profiled %s: %w", what, err)
 		}
 		if perr != nil {
-			return fmt.Errorf("bench generate: %w", perr)
+			return nil, fmt.Errorf("bench generate: %w", perr)
 		}
-		profiled = p
+		return p, nil
 	}
-	var prefillProfiled engine.Profile
+	var profiled, prefillProfiled engine.Profile
+	if *profile {
+		if profiled, err = profileOnce("decode step", func() error { return stepOnce(next, 1) }); err != nil {
+			return err
+		}
+	}
 	if *profilePrefill {
 		kv.Reset()
-		if err := prof.StartProfile(); err != nil {
-			return fmt.Errorf("bench generate: %w", err)
+		if prefillProfiled, err = profileOnce("prefill", func() error { return stepOnce(prompt, P) }); err != nil {
+			return err
 		}
-		err := stepOnce(prompt, P)
-		p, perr := prof.StopProfile()
-		if err != nil {
-			return fmt.Errorf("bench generate: profiled prefill: %w", err)
-		}
-		if perr != nil {
-			return fmt.Errorf("bench generate: %w", perr)
-		}
-		prefillProfiled = p
 	}
 	dec, smp := median(steps), median(samples)
 	if !(prefill > 0) || !(dec > 0) {

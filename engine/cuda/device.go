@@ -253,6 +253,7 @@ type Device struct {
 	decPart, decCnt *buffer // decode split partials and completion counters
 	prof            profiler
 	mt              map[string]*mtTable // multi-tensor tables by content (multi.go)
+	ropeTabs        map[ropeKey]*buffer // RoPE frequency tables (normrope.go)
 	rec             *recording          // the graph being recorded (graph.go)
 	scratchGen      uint64              // bumped when a persistent scratch is reallocated (stales graphs)
 	closed          bool
@@ -437,6 +438,9 @@ func (d *Device) Close() error {
 		d.mods.unload()
 	}
 	d.mtFree()
+	for _, b := range d.ropeTabs {
+		d.alloc.put(b)
+	}
 	d.alloc.release()
 	if e := d.profFree(); err == nil {
 		err = e

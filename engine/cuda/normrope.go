@@ -4,7 +4,6 @@ package cuda
 
 import (
 	"encoding/binary"
-	"fmt"
 	"math"
 
 	"github.com/parallax-engine/parallax/engine"
@@ -47,26 +46,30 @@ func normRoPEUnits(b, l, h, lpr, maxBlocks int) (hpu int, grid [3]int) {
 // frequencies a kernel holds in shared memory (and so takes from a table).
 const ropeMaxPairs = 256
 
+// ropeKey names a RoPE frequency table: theta's bits and D.
+type ropeKey struct {
+	theta uint32
+	dim   int
+}
+
 // ropeTable returns the device address of RoPE's frequencies f_i =
 // theta^(-2i/D), i < D/2, in double as the host forms them
 // (engine.RoPEFrequencies, as decode_prep gets them), uploaded once per
-// theta and D and cached with the multi-tensor tables; 0 (the kernel
-// forms them itself) above ropeMaxPairs pairs.
+// theta and D and kept until the device closes (a recorded graph may
+// hold the address); 0 (the kernel forms them itself) above ropeMaxPairs
+// pairs.
 func (d *Device) ropeTable(theta float32, dim int) (uint64, error) {
 	if dim/2 > ropeMaxPairs || dim < 2 {
 		return 0, nil
 	}
-	key := fmt.Sprintf("rope:%08x:%d", math.Float32bits(theta), dim)
-	if t, ok := d.mt[key]; ok {
-		return t.buf.ptr, nil
+	key := ropeKey{math.Float32bits(theta), dim}
+	if b, ok := d.ropeTabs[key]; ok {
+		return b.ptr, nil
 	}
 	fs := engine.RoPEFrequencies(theta, dim)
 	b := make([]byte, 8*len(fs))
 	for i, f := range fs {
 		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(f))
-	}
-	if len(d.mt) >= mtMaxTables {
-		d.mtFree()
 	}
 	buf, err := d.scratch(int64(len(b)))
 	if err != nil {
@@ -76,10 +79,10 @@ func (d *Device) ropeTable(theta float32, dim int) (uint64, error) {
 		d.alloc.put(buf)
 		return 0, err
 	}
-	if d.mt == nil {
-		d.mt = map[string]*mtTable{}
+	if d.ropeTabs == nil {
+		d.ropeTabs = map[ropeKey]*buffer{}
 	}
-	d.mt[key] = &mtTable{buf: buf}
+	d.ropeTabs[key] = buf
 	return buf.ptr, nil
 }
 

@@ -153,7 +153,7 @@ func qgemmSplits(tiles, m, k, sms, fixed int) int {
 }
 
 // qgemm launches kernel qgemm_<kind><x's dtype>_t<n8 tiles> over the
-// weights of set (qgemm_set; tiles output tiles), outputs of dtype dto.
+// weights of set (i8_set in int8.cuh; tiles output tiles), outputs of dtype dto.
 // Split launches take the decode split scratch (decodeScratch; stream
 // order keeps the attention's use and this one apart): tiles counters,
 // zero between launches, and the partials. normW is the norm weight of
@@ -211,7 +211,7 @@ func (d *Device) int8Pick(env qgemmEnv, dims []engine.Int8Dims, x *engine.Tensor
 }
 
 // int8Set packs the weights ws (at most four; dims one each) and their
-// outputs as a qgemv_set or qgemm_set (one layout), rows output rows a
+// outputs as an i8_set (int8.cuh), rows output rows a
 // block of the kernel: it returns the set and the blocks of the launch.
 func int8Set(outs []*engine.Tensor, ws []engine.Int8Weight, dims []engine.Int8Dims, rows int) (set [136]byte, blocks int) {
 	for i, w := range ws {

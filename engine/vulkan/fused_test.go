@@ -631,13 +631,25 @@ func newFusedStep(ts *tensors, rng *rand.Rand) *fusedStep {
 	}
 }
 
-func (s *fusedStep) step(d *Device) error {
-	need := func(what string, done bool, err error) error {
-		if err == nil && !done {
-			err = fmt.Errorf("%s declined", what)
-		}
-		return err
+// need is a fused op's error, or "declined" when the device did not take it.
+func need(what string, done bool, err error) error {
+	if err == nil && !done {
+		err = fmt.Errorf("%s declined", what)
 	}
+	return err
+}
+
+// runSteps runs the ops of a step in order, naming the first that fails.
+func runSteps(steps []func() error) error {
+	for i, f := range steps {
+		if err := f(); err != nil {
+			return fmt.Errorf("op %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func (s *fusedStep) step(d *Device) error {
 	steps := []func() error{
 		func() error {
 			done, err := d.NormLinearMulti([]*engine.Tensor{mustReshape(s.q, 1, fsHq*fsD), mustReshape(s.k, 1, fsHkv*fsD),
@@ -663,12 +675,7 @@ func (s *fusedStep) step(d *Device) error {
 		func() error { return d.MatMul(s.mlp, s.act, s.wd, engine.MatMulOpts{TransB: true}) },
 		func() error { return d.MatMul(s.logits, s.mlp, s.wl, engine.MatMulOpts{TransB: true}) },
 	}
-	for i, f := range steps {
-		if err := f(); err != nil {
-			return fmt.Errorf("op %d: %w", i, err)
-		}
-	}
-	return nil
+	return runSteps(steps)
 }
 
 func (s *fusedStep) inputs(t *testing.T, d *Device, x []float32, pos int) {
@@ -764,12 +771,6 @@ type fusedInt8 struct{ wq, wk, wv, wo, wg, wu, wd, wl engine.Int8Weight }
 
 // stepInt8 is step over the int8 weights q8.
 func (s *fusedStep) stepInt8(d *Device) error {
-	need := func(what string, done bool, err error) error {
-		if err == nil && !done {
-			err = fmt.Errorf("%s declined", what)
-		}
-		return err
-	}
 	w := s.q8
 	steps := []func() error{
 		func() error {
@@ -794,12 +795,7 @@ func (s *fusedStep) stepInt8(d *Device) error {
 		func() error { return d.LinearInt8(s.mlp, s.act, w.wd, false) },
 		func() error { return d.LinearInt8(s.logits, s.mlp, w.wl, false) },
 	}
-	for i, f := range steps {
-		if err := f(); err != nil {
-			return fmt.Errorf("op %d: %w", i, err)
-		}
-	}
-	return nil
+	return runSteps(steps)
 }
 
 // testStepGraph runs step eagerly once on rec (counting its dispatches:

@@ -213,6 +213,32 @@ __device__ __forceinline__ double block_sumd(double v, double *sh) {
 	return sh[32];
 }
 
+// split_store ends a matrix-vector product whose output columns are
+// split over KS warps of a block (8 / KS columns a block, warp w on column
+// n = block's first + w / KS, part q = w mod KS): each warp reduces its M
+// partial sums, the parts meet in shared memory and the warp of part 0
+// adds them in part order and writes (or adds to) out[m, n]. Every warp
+// of the block must call it (it synchronises the block).
+template <int M, int KS>
+__device__ __forceinline__ void split_store(const float *acc, void *out, int dto, int N, int n, int q, int accumulate) {
+	__shared__ float part[8][M];
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+	for (int m = 0; m < M; m++) {
+		float v = warp_sum(acc[m]);
+		if (lane == 0) part[warp][m] = v;
+	}
+	__syncthreads();
+	if (q == 0 && lane < M && n < N) {
+		float v = part[warp][lane];
+#pragma unroll
+		for (int j = 1; j < KS; j++) v += part[warp + j][lane];
+		i64 o = (i64)lane * N + n;
+		if (accumulate) v += ldf(out, dto, o);
+		stf(out, dto, o, v);
+	}
+}
+
 __device__ __forceinline__ float block_maxf(float v, float *sh) {
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	v = warp_max(v);

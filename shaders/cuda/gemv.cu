@@ -119,26 +119,11 @@ __device__ __forceinline__ void gemv_row(void *out, int dto, const void *x, cons
 template <int M, int KS>
 __device__ __forceinline__ void gemv_row_split(void *out, int dto, const void *x, const void *w, int dt, int N, int K,
                                                int accumulate) {
-	__shared__ float part[8][M];
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	int n = blockIdx.x * (8 / KS) + warp / KS, q = warp % KS;
 	float s[M];
 	gemv_dot<M, false, KS>(s, x, w, dt, n < N ? K : 0, (i64)n * K, q * 256 + lane * 8, 0, 0);
-#pragma unroll
-	for (int m = 0; m < M; m++) {
-		float v = warp_sum(s[m]);
-		if (lane == 0) part[warp][m] = v;
-	}
-	__syncthreads();
-	if (q == 0 && lane < M && n < N) {
-		int m = lane;
-		float v = part[warp][m];
-#pragma unroll
-		for (int j = 1; j < KS; j++) v += part[warp + j][m];
-		i64 o = (i64)m * N + n;
-		if (accumulate) v += ldf(out, dto, o);
-		stf(out, dto, o, v);
-	}
+	split_store<M, KS>(s, out, dto, N, n, q, accumulate);
 }
 
 // gemv_multi: up to four weights w_i [N_i, K] against the same x, in one

@@ -45,9 +45,8 @@
 // the f32 result at the end, from the slices' sums added in slice order.
 // SW (the MLP): a tile is 32 gate rows (warps 0, 1) and the same 32 up rows
 // (warps 2, 3), and the epilogue writes silu(gate) * up from f32.
-#include "common.cuh"
+#include "int8.cuh"
 
-typedef signed char i8;
 
 #define QG_BN 64           // weight rows a block: 4 warps of 16
 #define QG_BK 128          // columns a stage
@@ -55,17 +54,6 @@ typedef signed char i8;
 #define QG_XLD (QG_BK + 8) // x row stride in shared memory (elements): conflict-free fragment loads
 #define QG_CLD (QG_BN + 4) // row stride of the f32 result tile (floats): conflict-free fragment stores
 
-// qgemm_set: up to four int8 weights [N_i, K] (one group size) against the
-// same x in one launch; tile b belongs to weight i for b in
-// [first_i, first_{i+1}), ceil(N_i / 64) tiles each. The MLP's kernels take
-// the gate as weight 0 and up as weight 1, out[0] the activation.
-struct qgemm_set {
-	void *out[4];
-	const i8 *q[4];
-	const float *s[4];
-	int n[4];
-	int first[5]; // first tile of each weight; first[count] = the tiles
-};
 
 // qg_layout is one stage of shared memory: the weight tile [64][QG_BK]
 // int8 (16-byte units XOR-swizzled by row parity, so that lanes g and g+1
@@ -137,7 +125,7 @@ template <bool F16> __device__ __forceinline__ void qg_mma(float *c, const u32 *
 // x rows; F16: x is f16, else bf16; nw [K] (dtype dtg, 16-byte aligned) is
 // the norm weight of NORM.
 template <int NT, bool SW, bool NORM, bool F16>
-__device__ __forceinline__ void qgemm_body(const qgemm_set &st, int dto, const void *x, int M, int K, int G, int ng,
+__device__ __forceinline__ void qgemm_body(const i8_set &st, int dto, const void *x, int M, int K, int G, int ng,
                                            int S, int accumulate, float *part, int *cnt, const void *nw, int dtg,
                                            float eps) {
 	typedef qg_layout<NT, NORM> L;
@@ -386,7 +374,7 @@ __device__ __forceinline__ void qgemm_body(const qgemm_set &st, int dto, const v
 // qgemm_norm_swiglu_*. Every one takes the same arguments (nw, dtg and eps
 // unused without the norm; part and cnt unused at S = 1).
 #define QGEMM_ARGS                                                                                                     \
-	qgemm_set st, int dto, const void *x, int M, int K, int G, int ng, int S, int accumulate, float *part, int *cnt, \
+	i8_set st, int dto, const void *x, int M, int K, int G, int ng, int S, int accumulate, float *part, int *cnt, \
 	    const void *nw, int dtg, float eps
 #define QGEMM_PASS st, dto, x, M, K, G, ng, S, accumulate, part, cnt, nw, dtg, eps
 #define QGEMM(NT)                                                                                                      \

@@ -20,9 +20,8 @@
 // dequant_i8 writes dequantized rows (q s in f32, rounded to the output's
 // dtype): the tied embedding's lookup, and the whole matrix for products
 // of many rows, which then run as a tensor-core MatMul over it.
-#include "common.cuh"
+#include "int8.cuh"
 
-typedef signed char i8;
 
 // i8x4f converts four packed int8 to f32 exactly: the XOR offsets each byte
 // to b + 128, __byte_perm makes it the low byte of the float 2^23 + b + 128,
@@ -154,27 +153,13 @@ __device__ __forceinline__ void qgemv_row(void *out, int dto, const void *x, int
 template <int M, int KS>
 __device__ __forceinline__ void qgemv_row_split(void *out, int dto, const void *x, int dtx, const i8 *q, const float *s,
                                                 int N, int K, int G, int ng, int accumulate) {
-	__shared__ float part[8][M];
-	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	int warp = threadIdx.x >> 5;
 	int n = blockIdx.x * (8 / KS) + warp / KS, p = warp % KS;
 	float acc[M];
 #pragma unroll
 	for (int m = 0; m < M; m++) acc[m] = 0.0f;
 	if (n < N) qgemv_acc<M, false, KS>(acc, x, dtx, q, s, K, G, ng, n, 0, 0, p);
-#pragma unroll
-	for (int m = 0; m < M; m++) {
-		float v = warp_sum(acc[m]);
-		if (lane == 0) part[warp][m] = v;
-	}
-	__syncthreads();
-	if (p == 0 && lane < M && n < N) {
-		float v = part[warp][lane];
-#pragma unroll
-		for (int j = 1; j < KS; j++) v += part[warp + j][lane];
-		i64 o = (i64)lane * N + n;
-		if (accumulate) v += ldf(out, dto, o);
-		stf(out, dto, o, v);
-	}
+	split_store<M, KS>(acc, out, dto, N, n, p, accumulate);
 }
 
 // qgemv_k2_m1: qgemv_m1 with K split over 2 warps a column.
@@ -184,17 +169,6 @@ extern "C" __global__ void __launch_bounds__(256) qgemv_k2_m1(void *out, int dto
 	qgemv_row_split<1, 2>(out, dto, x, dtx, q, s, N, K, G, ng, accumulate);
 }
 
-// qgemv_set: up to four int8 weights [N_i, K] (one group size) against
-// the same x, in one launch: block b works on weight i for b in
-// [first_i, first_{i+1}), ceil(N_i / 8) blocks each (a warp per output
-// column).
-struct qgemv_set {
-	void *out[4];
-	const i8 *q[4];
-	const float *s[4];
-	int n[4];
-	int first[5]; // first block of each weight; first[count] = the grid
-};
 
 // qgemv_swiglu_row computes column n of act = silu(x Wg^T) * (x Wu^T) for
 // the M rows of x, the gate and up rows read together and the products
@@ -226,7 +200,7 @@ __device__ __forceinline__ void qgemv_swiglu_row(void *act, int dto, const void 
 		                     (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5), 0, 0, 0);                     \
 	}                                                                                                                \
 	extern "C" __global__ void __launch_bounds__(256)                                                                \
-	    qgemv_multi_m##MM(qgemv_set st, int dto, const void *x, int dtx, int K, int G, int ng) {                     \
+	    qgemv_multi_m##MM(i8_set st, int dto, const void *x, int dtx, int K, int G, int ng) {                     \
 		int i = 0;                                                                                                   \
 		while (i < 3 && (int)blockIdx.x >= st.first[i + 1]) i++;                                                     \
 		int n = ((int)blockIdx.x - st.first[i]) * 8 + (threadIdx.x >> 5);                                           \
@@ -239,7 +213,7 @@ __device__ __forceinline__ void qgemv_swiglu_row(void *act, int dto, const void 
 		                            (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5), 0, 0, 0);              \
 	}                                                                                                                \
 	extern "C" __global__ void __launch_bounds__(256) qgemv_norm_multi_m##MM(                                        \
-	    qgemv_set st, int dto, const void *x, int dtx, int K, int G, int ng, const void *g, int dtg, float eps) {    \
+	    i8_set st, int dto, const void *x, int dtx, int K, int G, int ng, const void *g, int dtg, float eps) {    \
 		__shared__ float rstd[MM];                                                                                   \
 		int i = 0;                                                                                                   \
 		while (i < 3 && (int)blockIdx.x >= st.first[i + 1]) i++;                                                     \

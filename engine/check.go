@@ -719,6 +719,9 @@ func CheckAdamW(own Owner, p, g, m, v *Tensor, o AdamWOpts) (int, error) {
 	if !(o.Beta1 >= 0 && o.Beta1 < 1 && o.Beta2 >= 0 && o.Beta2 < 1) {
 		return 0, argErr(op, "", "betas (%v, %v) must lie in [0, 1)", o.Beta1, o.Beta2)
 	}
+	if s := o.GradScale; s != s || s < 0 || math.IsInf(float64(s), 0) {
+		return 0, argErr(op, "", "gradient scale %v must be finite and >= 0", s)
+	}
 	return n, own.check(op, p, g, m, v)
 }
 

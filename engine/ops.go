@@ -346,6 +346,21 @@ type LinearAttentionBackwardArgs struct {
 type AdamWOpts struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float32
 	Step                               int // 1-based step count for bias correction
+	// GradScale multiplies the gradient before the update, the product
+	// rounded to f32 (g' = fl(s g), what a separate in-place scaling of an
+	// f32 gradient would store): gradient clipping's factor, applied here
+	// so that it costs no pass over the gradients of its own. The
+	// gradient tensor is not changed. 0 means 1.
+	GradScale float32
+}
+
+// Scale is the gradient scale the update applies: GradScale, or 1 when
+// it is 0.
+func (o AdamWOpts) Scale() float32 {
+	if o.GradScale == 0 {
+		return 1
+	}
+	return o.GradScale
 }
 
 // Factors returns the per-step constants every backend's AdamW applies,

@@ -1,6 +1,15 @@
 package model
 
-import "github.com/parallax-engine/parallax/engine"
+import (
+	"os"
+
+	"github.com/parallax-engine/parallax/engine"
+)
+
+// unfusedNormRoPEBackward (PARALLAX_NORMROPE_BWD=unfused) runs the
+// composed backward (RoPE backward, swap, RMSNorm backward) even where the
+// device has the fused one, to measure one against the other.
+var unfusedNormRoPEBackward = os.Getenv("PARALLAX_NORMROPE_BWD") == "unfused"
 
 // normRoPE is the per-head norm and rotation of an attention input: x
 // [B, T, H, D] normed per head (rstd [B, T, H] saved), rotated by pos and
@@ -21,16 +30,17 @@ func (r *rec) normRoPE(out, rstd, x, w, pos, scratch *engine.Tensor, eps, theta 
 }
 
 // normRoPEBackward is normRoPE's backward: dX [B, T, H, D] and dW (added
-// to) from dOut [B, H, T, D]: dOut is rotated back in place and swapped
-// into scratch [B, T, H, D], then the norm's backward.
+// to) from dOut [B, H, T, D]. A device with the fused op does it in one
+// pass (dOut is left as it was); any other rotates dOut back in place,
+// swaps it into scratch [B, T, H, D] and runs the norm's backward.
 func (r *rec) normRoPEBackward(dX, dW, dOut, x, w, rstd, pos, scratch *engine.Tensor, theta float32) {
 	if r.err != nil {
 		return
 	}
-	// The fused backward (engine.NormRoPE's RMSNormRoPEBackward) is not
-	// used yet: on the H200 its CUDA kernel took 148 us a call against some
-	// 60 us for the four unfused ones (gpt2-124m-like, 16 x 512), its dW
-	// column sums being the slow part. The forward's fusion is the win.
+	if nr, ok := r.dev.(engine.NormRoPE); ok && !unfusedNormRoPEBackward {
+		r.fail("rmsnorm rope backward", nr.RMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos, theta))
+		return
+	}
 	r.ropeBackward(dOut, pos, theta)
 	r.swap(scratch, dOut)
 	r.rmsnormBackward(dX, dW, scratch, x, w, rstd)

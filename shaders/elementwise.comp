@@ -10,7 +10,7 @@ layout(constant_id = 1) const uint OP = 0;
 #define OP_ADD_SCALED 0u   // t0 = c0 t1 + c1 t2
 #define OP_SWIGLU 1u       // t0 = silu(t1) t2
 #define OP_SWIGLU_BWD 2u   // t0 = dGate, t1 = dUp of t2 = dOut, t3 = gate, t4 = up
-#define OP_ADAMW 3u        // t0 = p, t1 = g, t2 = m, t3 = v (see below)
+#define OP_ADAMW 3u        // t0 = p, t1 = g, t2 = m, t3 = v, per = scale bits (see below)
 #define OP_MUON_MOM 4u     // t0 = u, t1 = m, t2 = g; c0 = beta, flag = nesterov
 #define OP_MUON_APPLY 5u   // t0 = p, t1 = o: p = c0 p - c1 o
 #define OP_SCALE_BLOCKS 6u // t0 = t1 * t2[i / per] (t2: f32 factors)
@@ -45,8 +45,9 @@ void main() {
 			t1_st(i, y * z * s);
 		} else if (OP == OP_ADAMW) {
 			// c0 = 1 - lr wd, c1 = beta1, c2 = beta2, c3 = lr / (1 - beta1^t),
-			// c4 = sqrt(1 - beta2^t), c5 = eps.
-			float g = t1_ld(i);
+			// c4 = sqrt(1 - beta2^t), c5 = eps; per holds the bits of the
+			// gradient scale (clipping's factor, 1 when none).
+			float g = uintBitsToFloat(pc.per) * t1_ld(i);
 			float m = pc.c1 * t2_ld(i) + (1.0 - pc.c1) * g;
 			float v = pc.c2 * t3_ld(i) + (1.0 - pc.c2) * g * g;
 			t2_st(i, m);

@@ -328,10 +328,26 @@ func (o *Optimizer) Groups() string {
 
 // Step applies one update with the peak learning rates multiplied by
 // lrFactor (the schedule's value). Gradients are read, not cleared.
-func (o *Optimizer) Step(lrFactor float64) error {
+func (o *Optimizer) Step(lrFactor float64) error { return o.StepScaled(lrFactor, 1) }
+
+// StepScaled is Step on the gradients multiplied by gradScale (gradient
+// clipping's factor), as ScaleGrads then Step would compute it: the AdamW
+// groups fold the factor into their update (engine.AdamWOpts.GradScale),
+// which saves a read and a write of those gradients; Muon's matrices are
+// scaled in place first.
+func (o *Optimizer) StepScaled(lrFactor, gradScale float64) error {
 	// Muon's scratch first: failing to allocate it updates nothing.
 	if err := o.buildNS(); err != nil {
 		return fmt.Errorf("muon: %w", err)
+	}
+	if gradScale != 1 {
+		var mg []*engine.Tensor
+		for _, b := range o.nsBatches {
+			mg = append(mg, b.gs...)
+		}
+		if err := engine.ScaleAll(o.dev, mg, float32(gradScale)); err != nil {
+			return fmt.Errorf("muon: scale grads: %w", err)
+		}
 	}
 	o.step++
 	a := o.cfg.AdamW
@@ -359,7 +375,7 @@ func (o *Optimizer) Step(lrFactor float64) error {
 		g, wd := groups[k], k.wd
 		err := engine.AdamWAll(o.dev, g.p, g.g, g.m, g.v, engine.AdamWOpts{
 			LR: float32(a.LR * lrFactor * k.lrScale), Beta1: float32(a.Beta1), Beta2: float32(a.Beta2),
-			Eps: float32(a.Eps), WeightDecay: float32(wd), Step: o.step,
+			Eps: float32(a.Eps), WeightDecay: float32(wd), Step: o.step, GradScale: float32(gradScale),
 		})
 		if err != nil {
 			return fmt.Errorf("adamw (%d tensors, weight decay %g): %w", len(g.p), wd, err)

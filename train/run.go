@@ -875,10 +875,7 @@ func (r *runner) step(buf, in, tgt []int32, wantCOR bool) (stepOut, error) {
 	if stop, err := r.checkGradNorm(stepNo, gn, &out); stop {
 		return out, err
 	}
-	if err := ScaleGrads(r.dev, r.opt.Params(), ClipFactor(gn, c.ClipNorm)); err != nil {
-		return out, fmt.Errorf("step %d: %w", stepNo, err)
-	}
-	if err := r.opt.Step(r.sched.Factor(r.st.Step)); err != nil {
+	if err := r.opt.StepScaled(r.sched.Factor(r.st.Step), ClipFactor(gn, c.ClipNorm)); err != nil {
 		return out, fmt.Errorf("step %d: %w", stepNo, err)
 	}
 	r.m.MarkWeightsChanged()

@@ -9,7 +9,8 @@ import (
 // AdamW updates p, m and v in place in PyTorch's order: decoupled decay
 // p -= lr*wd*p first, then the moments, then the bias-corrected step
 // p -= (lr / (1-b1^t)) m / (sqrt(v) / sqrt(1-b2^t) + eps); see engine.Ops.
-// Each element is updated in float64 and stored rounded.
+// Each element is updated in float64 and stored rounded; the gradient is
+// first scaled by o.Scale() in f32.
 func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
 	n, err := engine.CheckAdamW(d.own, p, g, m, v, o)
 	if err != nil {
@@ -19,6 +20,7 @@ func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
 	decay, step, bc2 := o.Factors()
 	pv, gv := viewOf(p), viewOf(g)
 	ms, vs := m.Storage().([]float32), v.Storage().([]float32)
+	gs := o.Scale()
 	d.eachBlock(n, 2, func(lo, hi int, buf [][ewBlock]float32) {
 		gr := gv.read(buf[0][:], lo, hi)
 		pr := pv.span(buf[1][:], lo, hi)
@@ -28,7 +30,7 @@ func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
 		mrow, vr := ms[lo:hi], vs[lo:hi]
 		mrow, vr, pr = mrow[:len(gr)], vr[:len(gr)], pr[:len(gr)]
 		for i, gf := range gr {
-			x := float64(gf)
+			x := float64(gs * gf) // the scaled gradient rounded to f32 (engine.AdamWOpts)
 			mi := b1*float64(mrow[i]) + (1-b1)*x
 			vi := b2*float64(vr[i]) + (1-b2)*x*x
 			mrow[i], vr[i] = float32(mi), float32(vi)

@@ -258,6 +258,7 @@ func (d *Device) AdamWMany(ps, gs, ms, vs []*engine.Tensor, o engine.AdamWOpts) 
 		for _, x := range []float64{decay, step, bc2, float64(o.Beta1), float64(o.Beta2), float64(o.Eps)} {
 			a.l(int64(math.Float64bits(x)))
 		}
+		a.f(o.Scale())
 	})
 }
 

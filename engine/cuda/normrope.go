@@ -116,10 +116,12 @@ func (d *Device) RMSNormRoPE(out, rstd, x, w, pos *engine.Tensor, eps, theta flo
 			i(b).i(l).i(h).i(dim).i(perSeq).f(eps).f(theta))
 }
 
-// RMSNormRoPEBackward computes dX and accumulates dW in one launch (plus,
-// for a 16-bit dW, the f32 scratch's clear and add); see engine.NormRoPE.
-// The grid is capped at a few blocks per multiprocessor, each summing its
-// dW partials over many rows before its one atomic a column.
+// RMSNormRoPEBackward computes dX and dW's per-block partial sums in one
+// launch, then adds their column sums into dW (colsum_add, fixed order);
+// see engine.NormRoPE. The grid is capped at a few blocks per
+// multiprocessor, each summing its partials over many rows. Widths the
+// 16-byte kernel cannot take run normrope_bwd, whose blocks add into an
+// f32 accumulator with atomics.
 func (d *Device) RMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos *engine.Tensor, theta float32) error {
 	b, l, h, dim, err := engine.CheckRMSNormRoPEBackward(d.own, dX, dW, dOut, x, w, rstd, pos)
 	if err != nil {
@@ -133,6 +135,25 @@ func (d *Device) RMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos *engine.Tenso
 	if pos.Rank() == 2 {
 		perSeq = 1
 	}
+	maxBlocks := 4 * max(d.g.sms, 1)
+	if lpr := normRoPELanes(dim); lpr > 0 {
+		tab, err := d.ropeTable(theta, dim)
+		if err != nil {
+			return err
+		}
+		hpu, g := normRoPEUnits(b, l, h, lpr, maxBlocks)
+		part, err := d.scratch(int64(g[0]) * int64(dim) * 4)
+		if err != nil {
+			return err
+		}
+		defer d.alloc.put(part)
+		if err := d.launch(normRoPEModule, "normrope_bwd8", g, threads256, 8*4*dim,
+			newArgs().p(ptr(dX)).i(dt(dX)).p(part.ptr).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).
+				p(ptr(rstd)).p(ptr(pos)).i(b).i(l).i(h).i(dim).i(hpu).i(perSeq).f(theta).i(lpr).p(tab)); err != nil {
+			return err
+		}
+		return d.colsumAdd(ptr(dW), dt(dW), part.ptr, g[0], dim)
+	}
 	acc := ptr(dW)
 	if dW.DType() != engine.F32 {
 		tmp, err := d.scratch(int64(dim) * 4)
@@ -145,24 +166,11 @@ func (d *Device) RMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos *engine.Tenso
 		}
 		acc = tmp.ptr
 	}
-	maxBlocks := 4 * max(d.g.sms, 1)
-	smem := 4 * dim
-	if lpr := normRoPELanes(dim); lpr > 0 {
-		var tab uint64
-		if tab, err = d.ropeTable(theta, dim); err != nil {
-			return err
-		}
-		hpu, g := normRoPEUnits(b, l, h, lpr, maxBlocks)
-		err = d.launch(normRoPEModule, "normrope_bwd8", g, threads256, smem,
-			newArgs().p(ptr(dX)).i(dt(dX)).p(acc).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).
-				p(ptr(rstd)).p(ptr(pos)).i(b).i(l).i(h).i(dim).i(hpu).i(perSeq).f(theta).i(lpr).p(tab))
-	} else {
-		g := warpRowGrid(rows)
-		g[0] = min(g[0], maxBlocks)
-		err = d.launch(normRoPEModule, "normrope_bwd", g, threads256, smem,
-			newArgs().p(ptr(dX)).i(dt(dX)).p(acc).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).
-				p(ptr(rstd)).p(ptr(pos)).i(b).i(l).i(h).i(dim).i(perSeq).f(theta))
-	}
+	g := warpRowGrid(rows)
+	g[0] = min(g[0], maxBlocks)
+	err = d.launch(normRoPEModule, "normrope_bwd", g, threads256, 4*dim,
+		newArgs().p(ptr(dX)).i(dt(dX)).p(acc).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).
+			p(ptr(rstd)).p(ptr(pos)).i(b).i(l).i(h).i(dim).i(perSeq).f(theta))
 	if err != nil || dW.DType() == engine.F32 {
 		return err
 	}

@@ -6,7 +6,9 @@ package cuda
 import "C"
 
 import (
+	"fmt"
 	"math"
+	"os"
 
 	"github.com/parallax-engine/parallax/engine"
 )
@@ -61,8 +63,28 @@ func (d *Device) Embedding(out, table, ids *engine.Tensor) error {
 	if err != nil {
 		return err
 	}
+	if wideRows(n, dim, out, table) {
+		return d.launch(ew, "embedding8", grid1(int64(n)*int64(dim/8)), threads256, 0,
+			newArgs().p(ptr(out)).i(dt(out)).p(ptr(table)).i(dt(table)).p(ptr(ids)).i(n).i(dim/8).i(v).p(d.errBuf.ptr))
+	}
 	return d.launch(ew, "embedding", grid1(int64(n)*int64(dim)), threads256, 0,
 		newArgs().p(ptr(out)).i(dt(out)).p(ptr(table)).i(dt(table)).p(ptr(ids)).l(int64(n)).i(dim).i(v).p(d.errBuf.ptr))
+}
+
+// wideRows reports whether n rows of dim elements of the (non-I32)
+// tensors ts can take the 16-byte row kernels (embedding8,
+// embedding_bwd8): dim a multiple of 8, 16-byte aligned tensors and
+// n dim / 8 within a 32-bit index.
+func wideRows(n, dim int, ts ...*engine.Tensor) bool {
+	if dim%8 != 0 || dim == 0 || int64(n)*int64(dim/8) >= 1<<31 {
+		return false
+	}
+	for _, t := range ts {
+		if t.DType() == engine.I32 || ptr(t)%16 != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // EmbeddingBackward accumulates dOut rows into dTable with f32 atomics (in
@@ -85,8 +107,14 @@ func (d *Device) EmbeddingBackward(dTable, ids, dOut *engine.Tensor) error {
 			return err
 		}
 	}
-	if err := d.launch(ew, "embedding_bwd", grid1(int64(n)*int64(dim)), threads256, 0,
-		newArgs().p(acc).p(ptr(ids)).p(ptr(dOut)).i(dt(dOut)).l(int64(n)).i(dim).i(v).p(d.errBuf.ptr)); err != nil {
+	if acc%16 == 0 && wideRows(n, dim, dOut) {
+		err = d.launch(ew, "embedding_bwd8", grid1(int64(n)*int64(dim/8)), threads256, 0,
+			newArgs().p(acc).p(ptr(ids)).p(ptr(dOut)).i(dt(dOut)).i(n).i(dim/8).i(v).p(d.errBuf.ptr))
+	} else {
+		err = d.launch(ew, "embedding_bwd", grid1(int64(n)*int64(dim)), threads256, 0,
+			newArgs().p(acc).p(ptr(ids)).p(ptr(dOut)).i(dt(dOut)).l(int64(n)).i(dim).i(v).p(d.errBuf.ptr))
+	}
+	if err != nil {
 		return err
 	}
 	if tmp != nil {
@@ -191,6 +219,24 @@ func (d *Device) rmsnormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor, accumu
 	if accumulate {
 		addDX = 1
 	}
+	if lpr := lanesPerRow(n); lpr > 0 && n/(8*lpr) <= 4 && !rmsnormAtomicDW &&
+		ptr(dX)%16 == 0 && ptr(dOut)%16 == 0 && ptr(x)%16 == 0 && ptr(w)%16 == 0 {
+		// One pass: dX and the blocks' dW partials, then their column sum.
+		rpw := 32 / lpr
+		blocks := min((rows+8*rpw-1)/(8*rpw), 2*max(d.g.sms, 1))
+		part, err := d.scratch(int64(blocks) * int64(n) * 4)
+		if err != nil {
+			return err
+		}
+		defer d.alloc.put(part)
+		name := fmt.Sprintf("rmsnorm_bwdw8_%d", n/(8*lpr))
+		if err := d.launch(ew, name, [3]int{blocks, 1, 1}, threads256, 8*n*4,
+			newArgs().p(ptr(dX)).i(dt(dX)).p(part.ptr).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).
+				p(ptr(rstd)).l(int64(rows)).i(n).i(lpr).i(addDX)); err != nil {
+			return err
+		}
+		return d.colsumAdd(ptr(dW), dt(dW), part.ptr, blocks, n)
+	}
 	var err2 error
 	if lpr := lanesPerRow(n); lpr > 0 {
 		err2 = d.launch(ew, "rmsnorm_bwd8", warpRowGrid((rows+32/lpr-1)/(32/lpr)), threads256, 0,
@@ -223,6 +269,18 @@ func (d *Device) rmsnormBackward(dX, dW, dOut, x, w, rstd *engine.Tensor, accumu
 	}
 	return d.launch(ew, "add_f32", grid1(int64(n)), threads256, 0, newArgs().p(ptr(dW)).i(dt(dW)).p(acc.ptr).l(int64(n)))
 }
+
+// colsumAdd adds the column sums of part [p, n] (f32) into dst [n] of
+// dtype code dtd, in a fixed order.
+func (d *Device) colsumAdd(dst uint64, dtd int, part uint64, p, n int) error {
+	return d.launch(ew, "colsum_add", [3]int{(n + 31) / 32, 1, 1}, [3]int{32, 16, 1}, 0,
+		newArgs().p(dst).i(dtd).p(part).i(p).i(n))
+}
+
+// rmsnormAtomicDW (PARALLAX_CUDA_RMSNORM_DW=atomic) keeps the RMSNorm
+// backward's former two kernels (rmsnorm_bwd8, then rmsnorm_dw's atomic
+// column sums) for measurement.
+var rmsnormAtomicDW = os.Getenv("PARALLAX_CUDA_RMSNORM_DW") == "atomic"
 
 // RoPE rotates pairs of x into out (which may alias x); pos is [L] or
 // per-sequence [B, L].
@@ -385,9 +443,15 @@ func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o e
 	if dLogits != nil {
 		dl, dtdl = ptr(dLogits), dt(dLogits)
 	}
-	return d.launch(ew, "cross_entropy", rowGrid(n), threads256, 0,
-		newArgs().p(ptr(loss)).p(dl).i(dtdl).p(ptr(logits)).i(dt(logits)).p(ptr(targets)).i(n).i(w).i(classes).
-			i(int(o.IgnoreIndex)).f(o.GradScale).p(d.errBuf.ptr))
+	a := newArgs().p(ptr(loss)).p(dl).i(dtdl).p(ptr(logits)).i(dt(logits)).p(ptr(targets)).i(n).i(w).i(classes).
+		i(int(o.IgnoreIndex)).f(o.GradScale).p(d.errBuf.ptr)
+	// A row that fits in shared memory is read from memory once (the
+	// second pass reads the copy); the 16-byte layout is the wide path's.
+	if rowBytes := w * logits.DType().Size(); w%8 == 0 && logits.DType() != engine.I32 && ptr(logits)%16 == 0 &&
+		(dLogits == nil || (dLogits.DType() != engine.I32 && dl%16 == 0)) && rowBytes <= d.g.smemOptin-(4<<10) {
+		return d.launch(ew, "cross_entropy_sm", rowGrid(n), [3]int{1024, 1, 1}, rowBytes, a)
+	}
+	return d.launch(ew, "cross_entropy", rowGrid(n), threads256, 0, a)
 }
 
 // zeroedScratch is scratch(n) set to zero (the double accumulators of the
@@ -450,6 +514,7 @@ func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
 	for _, x := range []float64{decay, step, bc2, float64(o.Beta1), float64(o.Beta2), float64(o.Eps)} {
 		a.l(int64(math.Float64bits(x)))
 	}
+	a.f(o.Scale())
 	return d.launch(ew, "adamw", grid1(int64(n)), threads256, 0, a)
 }
 

@@ -109,8 +109,8 @@ func multiCases(o Options, dt engine.DType) []Case {
 			}
 			return c.result()
 		}},
-		{Op: "multi-tensor adamw", Name: name + ", lr 1e-2, wd 0.1, step 3", DType: dt, Run: func(dev engine.Device, rng *rand.Rand) ([]Metric, error) {
-			adam := engine.AdamWOpts{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 3}
+		{Op: "multi-tensor adamw", Name: name + ", lr 1e-2, wd 0.1, step 3, grad scale 0.61", DType: dt, Run: func(dev engine.Device, rng *rand.Rand) ([]Metric, error) {
+			adam := engine.AdamWOpts{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 3, GradScale: 0.61}
 			ts := NewTensors(dev)
 			defer ts.Free()
 			ps, pv := upAll(ts, rng, dt, 1)
@@ -131,12 +131,13 @@ func multiCases(o Options, dt engine.DType) []Case {
 			var c opMetrics
 			c.do(engine.AdamWAll(dev, ps, gs, ms, vs, adam))
 			for i := range ps {
-				wp, wm, wv := ref.AdamW(pv[i], gv[i], mv[i], vv[i], float64(adam.LR), float64(adam.Beta1), float64(adam.Beta2),
+				sg := scaledGrad(gv[i], adam)
+				wp, wm, wv := ref.AdamW(pv[i], sg, mv[i], vv[i], float64(adam.LR), float64(adam.Beta1), float64(adam.Beta2),
 					float64(adam.Eps), float64(adam.WeightDecay), adam.Step)
 				// Bounds from the rounding model (adamwErr): a tensor of one
 				// or three elements has no larger entry to hide a
 				// cancelling m' = b1 m + (1 - b1) g behind.
-				ep, em := adamwErr(pv[i], gv[i], mv[i], wp, wm, wv, adam)
+				ep, em := adamwErr(pv[i], sg, mv[i], wp, wm, wv, adam)
 				c.cmp(fmt.Sprintf("p%d", i), ps[i], wp, errBoundTol(engine.F32, Tol(dt, 4), ep, wp))
 				c.cmp(fmt.Sprintf("m%d", i), ms[i], wm, errBoundTol(engine.F32, Tol(engine.F32, 4), em, wm))
 				c.cmp(fmt.Sprintf("v%d", i), vs[i], wv, Tol(engine.F32, 4))

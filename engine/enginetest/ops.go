@@ -803,36 +803,52 @@ func padErr(g []float64, w, c int) float64 {
 
 // ---- optimizers ----
 
+// scaledGrad is the gradient AdamW with o uses: g scaled by o.Scale() and
+// rounded to f32 (engine.AdamWOpts.GradScale), exact when the scale is 1.
+func scaledGrad(g []float64, o engine.AdamWOpts) []float64 {
+	s := o.Scale()
+	out := make([]float64, len(g))
+	for i, x := range g {
+		out[i] = float64(s * float32(x))
+	}
+	return out
+}
+
 func optimizerCases(o Options, dt engine.DType) []Case {
 	const n = 2000
-	adam := engine.AdamWOpts{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 5}
-	cs := []Case{{Op: "adamw", Name: fmt.Sprintf("n %d, lr %g, betas (%g, %g), wd %g, step %d", n, adam.LR, adam.Beta1, adam.Beta2, adam.WeightDecay, adam.Step), DType: dt,
-		Run: func(dev engine.Device, rng *rand.Rand) ([]Metric, error) {
-			ts := NewTensors(dev)
-			defer ts.Free()
-			pv, gv := Normal(rng, dt, n, 1), Normal(rng, dt, n, 0.1)
-			mv, vv := Normal(rng, engine.F32, n, 0.01), Rand(rng, engine.F32, n, 1e-3)
-			for i := range vv {
-				vv[i] = math.Abs(vv[i])
-			}
-			p, g, m, v := ts.Up(dt, pv, n), ts.Up(dt, gv, n), ts.Up(engine.F32, mv, n), ts.Up(engine.F32, vv, n)
-			if err := ts.Err(); err != nil {
-				return nil, err
-			}
-			var c opMetrics
-			c.do(dev.AdamW(p, g, m, v, adam))
-			wp, wm, wv := ref.AdamW(pv, gv, mv, vv, float64(adam.LR), float64(adam.Beta1), float64(adam.Beta2),
-				float64(adam.Eps), float64(adam.WeightDecay), adam.Step)
-			ep, em := adamwErr(pv, gv, mv, wp, wm, wv, adam)
-			c.cmp("p", p, wp, errBoundTol(engine.F32, Tol(dt, 4), ep, wp))
-			c.cmp("m", m, wm, errBoundTol(engine.F32, Tol(engine.F32, 4), em, wm))
-			c.cmp("v", v, wv, Tol(engine.F32, 4))
-			if got := c.get(p); got != nil && dt == engine.F32 {
-				// The step itself, which is small next to p.
-				c.list = append(c.list, Metric{Name: "p - p0", Err: RelErr(opSub(got, pv), opSub(wp, pv)), Tol: 1e-4})
-			}
-			return c.result()
-		}}}
+	var cs []Case
+	for _, gs := range []float32{0, 0.37} {
+		adam := engine.AdamWOpts{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 5, GradScale: gs}
+		cs = append(cs, Case{Op: "adamw", Name: fmt.Sprintf("n %d, lr %g, betas (%g, %g), wd %g, step %d, grad scale %g", n, adam.LR, adam.Beta1, adam.Beta2, adam.WeightDecay, adam.Step, adam.Scale()), DType: dt,
+			Run: func(dev engine.Device, rng *rand.Rand) ([]Metric, error) {
+				ts := NewTensors(dev)
+				defer ts.Free()
+				pv, gv := Normal(rng, dt, n, 1), Normal(rng, dt, n, 0.1)
+				mv, vv := Normal(rng, engine.F32, n, 0.01), Rand(rng, engine.F32, n, 1e-3)
+				for i := range vv {
+					vv[i] = math.Abs(vv[i])
+				}
+				p, g, m, v := ts.Up(dt, pv, n), ts.Up(dt, gv, n), ts.Up(engine.F32, mv, n), ts.Up(engine.F32, vv, n)
+				if err := ts.Err(); err != nil {
+					return nil, err
+				}
+				var c opMetrics
+				c.do(dev.AdamW(p, g, m, v, adam))
+				sg := scaledGrad(gv, adam)
+				wp, wm, wv := ref.AdamW(pv, sg, mv, vv, float64(adam.LR), float64(adam.Beta1), float64(adam.Beta2),
+					float64(adam.Eps), float64(adam.WeightDecay), adam.Step)
+				ep, em := adamwErr(pv, sg, mv, wp, wm, wv, adam)
+				c.cmp("p", p, wp, errBoundTol(engine.F32, Tol(dt, 4), ep, wp))
+				c.cmp("m", m, wm, errBoundTol(engine.F32, Tol(engine.F32, 4), em, wm))
+				c.cmp("v", v, wv, Tol(engine.F32, 4))
+				c.cmp("g (unchanged)", g, gv, 0)
+				if got := c.get(p); got != nil && dt == engine.F32 {
+					// The step itself, which is small next to p.
+					c.list = append(c.list, Metric{Name: "p - p0", Err: RelErr(opSub(got, pv), opSub(wp, pv)), Tol: 1e-4})
+				}
+				return c.result()
+			}})
+	}
 	for _, nesterov := range []bool{true, false} {
 		cs = append(cs, Case{Op: "muon momentum", Name: fmt.Sprintf("n %d, beta 0.95, nesterov=%v", n, nesterov), DType: dt,
 			Run: func(dev engine.Device, rng *rand.Rand) ([]Metric, error) {

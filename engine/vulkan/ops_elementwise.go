@@ -70,7 +70,9 @@ func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
 	}
 	decay, step, bc2 := o.Factors()
 	c := [6]float32{float32(decay), o.Beta1, o.Beta2, float32(step), float32(bc2), o.Eps}
-	return d.elementwise(ewAdamW, n, 1, false, c, out(p), in(g), out(m), out(v))
+	// The shader reads the gradient scale's bits from the per word, which
+	// no other operand of the update needs.
+	return d.elementwise(ewAdamW, n, int(math.Float32bits(o.Scale())), false, c, out(p), in(g), out(m), out(v))
 }
 
 // MuonMomentum updates m and writes the direction u; see engine.Ops.

@@ -230,11 +230,13 @@ extern "C" __global__ void head_gate_bwd(void *dx, int dtdx, void *dz, int dtdz,
 }
 
 // adamw: decoupled decay, moments, bias-corrected step (step = lr/(1-b1^t),
-// bc2 = sqrt(1-b2^t)), in double.
+// bc2 = sqrt(1-b2^t)), in double, of the gradient scaled by gs (the clip
+// factor, rounded to f32 as a separate scaling pass would store it; 1 is
+// exact).
 extern "C" __global__ void adamw(void *p, int dtp, const void *g, int dtg, float *m, float *v, i64 n, double decay,
-                                 double step, double bc2, double b1, double b2, double eps) {
+                                 double step, double bc2, double b1, double b2, double eps, float gs) {
 	GRID_STRIDE(i, n) {
-		double x = ldf(g, dtg, i);
+		double x = gs * ldf(g, dtg, i);
 		double mi = b1 * (double)m[i] + (1 - b1) * x;
 		double vi = b2 * (double)v[i] + (1 - b2) * x * x;
 		m[i] = (float)mi;
@@ -813,12 +815,13 @@ extern "C" __global__ void mt_sumsq(double *acc, const mt_entry *tab, int T) {
 }
 
 // mt_adamw: the adamw kernel's update on (p[0] dt[0], g p[1] dt[1], m p[2],
-// v p[3]) of every tensor, in double, with the same options.
+// v p[3]) of every tensor, in double, with the same options (the gradient
+// scale gs included, so gradient clipping costs no pass of its own).
 extern "C" __global__ void mt_adamw(const mt_entry *tab, int T, double decay, double step, double bc2, double b1,
-                                    double b2, double eps) {
+                                    double b2, double eps, float gs) {
 	MT_LOOP(tab, T, {
 		float *m = (float *)e.p[2], *v = (float *)e.p[3];
-		double x = ldf((const void *)e.p[1], e.dt[1], i);
+		double x = gs * ldf((const void *)e.p[1], e.dt[1], i);
 		double mi = b1 * (double)m[i] + (1 - b1) * x;
 		double vi = b2 * (double)v[i] + (1 - b2) * x * x;
 		m[i] = (float)mi;
@@ -829,7 +832,7 @@ extern "C" __global__ void mt_adamw(const mt_entry *tab, int T, double decay, do
 }
 
 extern "C" __global__ void mt_adamw8(const mt_entry *tab, int T, double decay, double step, double bc2, double b1,
-                                     double b2, double eps) {
+                                     double b2, double eps, float gs) {
 	MT_LOOP8(tab, T, {
 		float *m = (float *)e.p[2], *v = (float *)e.p[3];
 		float g[8], mv[8], vv[8], pv[8];
@@ -839,7 +842,7 @@ extern "C" __global__ void mt_adamw8(const mt_entry *tab, int T, double decay, d
 		ld8f((const void *)e.p[0], e.dt[0], i, pv);
 #pragma unroll
 		for (int k = 0; k < 8; k++) {
-			double x = g[k];
+			double x = gs * g[k];
 			double mi = b1 * (double)mv[k] + (1 - b1) * x;
 			double vi = b2 * (double)vv[k] + (1 - b2) * x * x;
 			mv[k] = (float)mi;
@@ -850,4 +853,231 @@ extern "C" __global__ void mt_adamw8(const mt_entry *tab, int T, double decay, d
 		st8f(v, DT_F32, i, vv);
 		st8f((void *)e.p[0], e.dt[0], i, pv);
 	});
+}
+
+// ---- 16-byte gathers, the one-pass norm backward, the column sum ----
+
+// embedding8 and embedding_bwd8 are embedding and embedding_bwd for rows
+// of d = 8 d8 elements (16-byte aligned tensors): one thread eight
+// elements, its row found by a 32-bit division (the host keeps n d8 under
+// 2^31), where the generic kernels pay a 64-bit division an element.
+extern "C" __global__ void embedding8(void *out, int dto, const void *table, int dtt, const int *ids, int n, int d8,
+                                      int V, int *err) {
+	const int total = n * d8, d = 8 * d8;
+	for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
+		int r = e / d8, c = 8 * (e - r * d8);
+		int id = ids[r];
+		float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+		if (id < 0 || id >= V) {
+			if (c == 0) raise_error(err, 1, id, r, V);
+		} else
+			ld8f(table, dtt, (i64)id * d + c, v);
+		st8f(out, dto, (i64)r * d + c, v);
+	}
+}
+
+extern "C" __global__ void embedding_bwd8(float *acc, const int *ids, const void *dout, int dtdo, int n, int d8, int V,
+                                          int *err) {
+	const int total = n * d8, d = 8 * d8;
+	for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
+		int r = e / d8, c = 8 * (e - r * d8);
+		int id = ids[r];
+		if (id < 0 || id >= V) {
+			if (c == 0) raise_error(err, 1, id, r, V);
+			continue;
+		}
+		float v[8];
+		ld8f(dout, dtdo, (i64)r * d + c, v);
+		float *a = acc + (i64)id * d + c;
+#if __CUDA_ARCH__ >= 900
+		// Two 16-byte reductions in place of eight 4-byte ones.
+		asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(a), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3])
+		             : "memory");
+		asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(a + 4), "f"(v[4]), "f"(v[5]), "f"(v[6]),
+		             "f"(v[7])
+		             : "memory");
+#else
+#pragma unroll
+		for (int k = 0; k < 8; k++) atomicAdd(a + k, v[k]);
+#endif
+	}
+}
+
+// rmsnorm_bwdw8_<CH> is rmsnorm_bwd8 and the dW column sum in one pass for
+// rows of N = 8 lpr CH elements: a lane holds its CH groups of eight
+// elements of dOut and x in registers between the two steps of its row
+// (so each is read once) and adds dOut xhat into per-lane partial sums of
+// its columns over every row it visits. At the end the row groups of a
+// warp are summed by shuffles, the block's eight warps in shared memory
+// (dynamic, 8 N floats) in warp order, and the block writes its partial
+// row part[blockIdx.x] [N]; colsum_add then adds the gridDim.x partials
+// to dW. Every sum has a fixed order (no atomics), so the result is the
+// same run to run.
+template <int CH>
+__device__ __forceinline__ void rmsnorm_bwdw8_impl(void *dx, int dtdx, float *part, const void *dout, int dtdo,
+                                                   const void *x, int dtx, const void *w, int dtw, const float *rstd,
+                                                   i64 rows, int N, int lpr, int acc) {
+	extern __shared__ float shw[];
+	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, sub = lane & (lpr - 1), rpw = 32 / lpr;
+	i64 warp = (i64)blockIdx.x * (blockDim.x >> 5) + wid, nwarps = (i64)gridDim.x * (blockDim.x >> 5);
+	float dw[CH][8];
+#pragma unroll
+	for (int j = 0; j < CH; j++)
+#pragma unroll
+		for (int k = 0; k < 8; k++) dw[j][k] = 0;
+	for (i64 r0 = warp * rpw; r0 < rows; r0 += nwarps * rpw) {
+		i64 r = r0 + lane / lpr;
+		bool ok = r < rows;
+		i64 base = r * N;
+		float g[CH][8], xv[CH][8];
+		float sc = ok ? rstd[r] : 0.0f, dot = 0;
+#pragma unroll
+		for (int j = 0; j < CH; j++) {
+			int c = 8 * (sub + j * lpr);
+			float wv[8];
+			if (ok) {
+				ld8f(dout, dtdo, base + c, g[j]);
+				ld8f(x, dtx, base + c, xv[j]);
+			} else
+#pragma unroll
+				for (int k = 0; k < 8; k++) g[j][k] = 0, xv[j][k] = 0;
+			ld8f(w, dtw, c, wv);
+#pragma unroll
+			for (int k = 0; k < 8; k++) dot += g[j][k] * wv[k] * xv[j][k];
+		}
+		float kk = group_sum(dot, lpr) * sc * sc / (float)N;
+		if (!ok) continue;
+#pragma unroll
+		for (int j = 0; j < CH; j++) {
+			int c = 8 * (sub + j * lpr);
+			float wv[8], o[8];
+			ld8f(w, dtw, c, wv);
+#pragma unroll
+			for (int k = 0; k < 8; k++) {
+				dw[j][k] += g[j][k] * xv[j][k] * sc;
+				o[k] = sc * (g[j][k] * wv[k] - xv[j][k] * kk);
+			}
+			if (acc) {
+				float old[8];
+				ld8f(dx, dtdx, base + c, old);
+#pragma unroll
+				for (int k = 0; k < 8; k++) o[k] += old[k];
+			}
+			st8f(dx, dtdx, base + c, o);
+		}
+	}
+	// The warp's row groups (lane bits lpr and up) into lanes 0..lpr-1.
+	for (int o = lpr; o < 32; o <<= 1)
+#pragma unroll
+		for (int j = 0; j < CH; j++)
+#pragma unroll
+			for (int k = 0; k < 8; k++) dw[j][k] += __shfl_xor_sync(0xffffffffu, dw[j][k], o);
+	if (lane < lpr)
+#pragma unroll
+		for (int j = 0; j < CH; j++)
+#pragma unroll
+			for (int k = 0; k < 8; k++) shw[wid * N + 8 * (sub + j * lpr) + k] = dw[j][k];
+	__syncthreads();
+	int nw = blockDim.x >> 5;
+	for (int c = threadIdx.x; c < N; c += blockDim.x) {
+		float s = 0;
+		for (int k = 0; k < nw; k++) s += shw[k * N + c];
+		part[(i64)blockIdx.x * N + c] = s;
+	}
+}
+
+#define RMSNORM_BWDW8(CH)                                                                                              \
+	extern "C" __global__ void __launch_bounds__(256, 2)                                                               \
+	    rmsnorm_bwdw8_##CH(void *dx, int dtdx, float *part, const void *dout, int dtdo, const void *x, int dtx,        \
+	                       const void *w, int dtw, const float *rstd, i64 rows, int N, int lpr, int acc) {             \
+		rmsnorm_bwdw8_impl<CH>(dx, dtdx, part, dout, dtdo, x, dtx, w, dtw, rstd, rows, N, lpr, acc);               \
+	}
+RMSNORM_BWDW8(1)
+RMSNORM_BWDW8(2)
+RMSNORM_BWDW8(3)
+RMSNORM_BWDW8(4)
+
+// colsum_add: dst[c] += sum over p < P of part[p][c] (dst of dtype dtd,
+// rounded once), blocks of 32 columns x 16 row lanes, each lane summing
+// every 16th partial, the lanes then in order: a fixed order, no atomics.
+extern "C" __global__ void colsum_add(void *dst, int dtd, const float *part, int P, int N) {
+	__shared__ float sh[16][33];
+	int c = blockIdx.x * 32 + threadIdx.x;
+	float s = 0;
+	if (c < N)
+		for (int p = threadIdx.y; p < P; p += 16) s += part[(i64)p * N + c];
+	sh[threadIdx.y][threadIdx.x] = s;
+	__syncthreads();
+	if (threadIdx.y == 0 && c < N) {
+		for (int y = 1; y < 16; y++) s += sh[y][threadIdx.x];
+		stf(dst, dtd, c, ldf(dst, dtd, c) + s);
+	}
+}
+
+// cross_entropy_sm is cross_entropy's 16-byte path with each row copied
+// into shared memory (dynamic, W elements of the logits' dtype) on its
+// first pass, so that the second pass (dLogits) reads it from there: the
+// logits cross memory once, not twice. A block of 1024 threads a row at a
+// time; the arithmetic per element is cross_entropy's.
+extern "C" __global__ void __launch_bounds__(1024) cross_entropy_sm(float *loss, void *dl, int dtdl, const void *logits,
+                                                                    int dtl, const int *targets, int N, int W, int C,
+                                                                    int ignore, float scale, int *err) {
+	extern __shared__ __align__(16) unsigned char srow[];
+	__shared__ float shm[32];
+	__shared__ double shs[33];
+	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	const int q = dtl == DT_F32 ? 2 : 1; // 16-byte words per eight elements
+	for (int r = blockIdx.x; r < N; r += gridDim.x) {
+		int t = targets[r];
+		i64 base = (i64)r * W;
+		bool bad = t != ignore && (t < 0 || t >= C);
+		if (t == ignore || bad) {
+			if (bad && threadIdx.x == 0) raise_error(err, 4, t, r, C);
+			if (threadIdx.x == 0) loss[r] = 0;
+			if (dl) {
+				float z[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+				for (int c = 8 * threadIdx.x; c < W; c += 8 * blockDim.x) st8f(dl, dtdl, base + c, z);
+			}
+			continue;
+		}
+		const uint4 *grow = (const uint4 *)logits + base * q / 8;
+		uint4 *srw = (uint4 *)srow;
+		float m = NEG_INF, s = 0.0f, m1 = NEG_INF, s1 = 0.0f;
+#pragma unroll 2
+		for (int c = 8 * threadIdx.x; c < C; c += 8 * blockDim.x) {
+			int wi = c / 8 * q;
+			srw[wi] = grow[wi];
+			if (q == 2) srw[wi + 1] = grow[wi + 1];
+			float v[8];
+			ld8f(srow, dtl, c, v);
+#pragma unroll
+			for (int k = 0; k < 8; k += 2) {
+				if (c + k < C) ce_add(v[k], m, s);
+				if (c + k + 1 < C) ce_add(v[k + 1], m1, s1);
+			}
+		}
+		ce_merge(m, s, m1, s1);
+		float bm = warp_max(m);
+		__syncthreads();
+		if (lane == 0) shm[wid] = bm;
+		__syncthreads();
+		bm = NEG_INF;
+		for (int k = 0; k < nw; k++) bm = fmaxf(bm, shm[k]);
+		double part = s == 0.0f ? 0.0 : (double)s * (m == bm ? 1.0 : exp((double)m - (double)bm));
+		double tot = block_sumd(part, shs); // its barriers make the whole row visible
+		double lse = bm == -NEG_INF ? (double)__int_as_float(0x7fc00000) : (double)bm + log(tot);
+		if (threadIdx.x == 0) loss[r] = (float)(lse - (double)ldf(srow, dtl, t));
+		if (dl) {
+			float fl = (float)lse;
+			for (int c = 8 * threadIdx.x; c < W; c += 8 * blockDim.x) {
+				float v[8] = {0, 0, 0, 0, 0, 0, 0, 0}, g[8];
+				if (c < C) ld8f(srow, dtl, c, v);
+#pragma unroll
+				for (int k = 0; k < 8; k++)
+					g[k] = c + k < C ? scale * (expf(v[k] - fl) - (c + k == t ? 1.0f : 0.0f)) : 0.0f;
+				st8f(dl, dtdl, base + c, g);
+			}
+		}
+		__syncthreads(); // the row is read before the next overwrites it
+	}
 }

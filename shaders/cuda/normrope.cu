@@ -104,9 +104,13 @@ extern "C" __global__ void normrope8(void *out, int dto, float *rstd, const void
 
 // normrope_bwd8: the backward over the same units. Each lane keeps its 16
 // columns' dW partial sums in registers over all its rows; at the end the
-// block adds them in shared memory (dynamic, D floats) and then into acc
-// [D] (f32) with one atomic a column.
-extern "C" __global__ void normrope_bwd8(void *dx, int dtdx, float *acc, const void *dout, int dtdo, const void *x,
+// row groups of a warp are summed by shuffles, the block's warps in shared
+// memory (dynamic, 8 D floats) in warp order, and the block writes its
+// partial row part[blockIdx.x] [D], which colsum_add (elementwise.cu) adds
+// into dW: fixed-order sums, no atomics (a block of atomics onto D
+// addresses serialises, and made this kernel slower than the four it
+// replaces).
+extern "C" __global__ void normrope_bwd8(void *dx, int dtdx, float *part, const void *dout, int dtdo, const void *x,
                                          int dtx, const void *w, int dtw, const float *rstd, const int *pos, int B,
                                          int L, int H, int D, int hpu, int per_seq, float theta, int lpr,
                                          const double *ftab) {
@@ -116,7 +120,6 @@ extern "C" __global__ void normrope_bwd8(void *dx, int dtdx, float *acc, const v
 	int chunks = (H + hpu - 1) / hpu;
 	i64 units = (i64)B * L * chunks;
 	i64 warp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), nwarps = (i64)gridDim.x * (blockDim.x >> 5);
-	for (int i = threadIdx.x; i < D; i += blockDim.x) sh[i] = 0;
 	__shared__ double fr[ROPE_FMAX];
 	rope_freqs(fr, theta, D, ftab);
 	double f[8];
@@ -169,14 +172,25 @@ extern "C" __global__ void normrope_bwd8(void *dx, int dtdx, float *acc, const v
 			st8f(dx, dtdx, row * D + i0 + half, o2);
 		}
 	}
-	__syncthreads();
+	for (int o = lpr; o < 32; o <<= 1)
 #pragma unroll
-	for (int k = 0; k < 8; k++) {
-		atomicAdd(&sh[i0 + k], dw1[k]);
-		atomicAdd(&sh[i0 + half + k], dw2[k]);
-	}
+		for (int k = 0; k < 8; k++) {
+			dw1[k] += __shfl_xor_sync(0xffffffffu, dw1[k], o);
+			dw2[k] += __shfl_xor_sync(0xffffffffu, dw2[k], o);
+		}
+	int wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	if (lane < lpr)
+#pragma unroll
+		for (int k = 0; k < 8; k++) {
+			sh[wid * D + i0 + k] = dw1[k];
+			sh[wid * D + i0 + half + k] = dw2[k];
+		}
 	__syncthreads();
-	for (int i = threadIdx.x; i < D; i += blockDim.x) atomicAdd(&acc[i], sh[i]);
+	for (int i = threadIdx.x; i < D; i += blockDim.x) {
+		float t = 0;
+		for (int k = 0; k < nw; k++) t += sh[k * D + i];
+		part[(i64)blockIdx.x * D + i] = t;
+	}
 }
 
 // normrope and normrope_bwd are the kernels for any even D: one warp a row

@@ -445,13 +445,40 @@ func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o e
 	}
 	a := newArgs().p(ptr(loss)).p(dl).i(dtdl).p(ptr(logits)).i(dt(logits)).p(ptr(targets)).i(n).i(w).i(classes).
 		i(int(o.IgnoreIndex)).f(o.GradScale).p(d.errBuf.ptr)
-	// A row that fits in shared memory is read from memory once (the
-	// second pass reads the copy); the 16-byte layout is the wide path's.
-	if rowBytes := w * logits.DType().Size(); w%8 == 0 && logits.DType() != engine.I32 && ptr(logits)%16 == 0 &&
-		(dLogits == nil || (dLogits.DType() != engine.I32 && dl%16 == 0)) && rowBytes <= d.g.smemOptin-(4<<10) {
-		return d.launch(ew, "cross_entropy_sm", rowGrid(n), [3]int{1024, 1, 1}, rowBytes, a)
+	// 16-bit logits in 16-byte rows are held in registers, a row to a
+	// cluster of 1 to 8 blocks: one read of the logits and one write of
+	// dLogits instead of two reads.
+	if cl := d.crossEntropyCluster(w); cl > 0 && crossEntropyKernel != "generic" && w%8 == 0 && logits.DType().Size() == 2 && ptr(logits)%16 == 0 &&
+		(dLogits == nil || (dLogits.DType() != engine.I32 && dl%16 == 0)) {
+		rows := min(n, (1<<20)/cl)
+		family := "cross_entropy_r"
+		if crossEntropyKernel == "s" {
+			family = "cross_entropy_s"
+		}
+		return d.launch(ew, fmt.Sprintf("%s%d", family, cl), [3]int{rows * cl, 1, 1}, [3]int{512, 1, 1}, 0, a)
 	}
 	return d.launch(ew, "cross_entropy", rowGrid(n), threads256, 0, a)
+}
+
+// crossEntropyKernel (PARALLAX_CUDA_CE) picks the cross-entropy kernel for
+// measurements: "" the register-held rows, "s" the same with registers
+// capped for two blocks a multiprocessor, "generic" the two-pass kernel.
+var crossEntropyKernel = os.Getenv("PARALLAX_CUDA_CE")
+
+// crossEntropyCluster is the cluster size of cross_entropy_r for rows of w
+// elements (512 threads a block, eight 8-element chunks a thread), or 0 when
+// none applies: clusters need compute capability 9.0.
+func (d *Device) crossEntropyCluster(w int) int {
+	const perBlock = 512 * 8 * 8
+	for _, cl := range []int{1, 2, 4, 8} {
+		if cl > 1 && d.g.ccMajor < 9 {
+			return 0
+		}
+		if (w+cl-1)/cl <= perBlock {
+			return cl
+		}
+	}
+	return 0
 }
 
 // zeroedScratch is scratch(n) set to zero (the double accumulators of the

@@ -1014,70 +1014,186 @@ extern "C" __global__ void colsum_add(void *dst, int dtd, const float *part, int
 	}
 }
 
-// cross_entropy_sm is cross_entropy's 16-byte path with each row copied
-// into shared memory (dynamic, W elements of the logits' dtype) on its
-// first pass, so that the second pass (dLogits) reads it from there: the
-// logits cross memory once, not twice. A block of 1024 threads a row at a
-// time; the arithmetic per element is cross_entropy's.
-extern "C" __global__ void __launch_bounds__(1024) cross_entropy_sm(float *loss, void *dl, int dtdl, const void *logits,
-                                                                    int dtl, const int *targets, int N, int W, int C,
-                                                                    int ignore, float scale, int *err) {
-	extern __shared__ __align__(16) unsigned char srow[];
+// cross_entropy_r<CL>: cross_entropy for 16-bit logits with W % 8 == 0,
+// the row held in registers. A cluster of CL blocks of 512 threads takes a
+// row (CL = 1 needs no cluster), each block a contiguous slice of its
+// 16-byte chunks, each thread up to CE_NCH chunks (W <= CL x 512 x 8 x 8).
+// The logits cross memory once and dLogits once: the max, the sum of
+// exponentials and the gradient all read the registers. The row max and
+// the sum of exp(x - max) (f32 per thread over at most 64 terms, each <= 1;
+// double over the block and the cluster, added in rank order so that every
+// block gets the same logsumexp) are exchanged through distributed shared
+// memory, two cluster barriers a row, the slots alternating by row so a
+// block never overwrites a value another still reads. NaN propagates
+// through the sum as in cross_entropy; an infinite max gives a NaN loss.
+#define CE_NCH 8
+#define CE_THREADS 512
+
+#if __CUDA_ARCH__ >= 900
+#define CE_CLUSTER(n) __cluster_dims__(n, 1, 1)
+__device__ __forceinline__ unsigned ce_rank() {
+	unsigned r;
+	asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+	return r;
+}
+__device__ __forceinline__ void ce_cluster_sync() {
+	asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// ce_remote_f / ce_remote_d read a shared-memory variable of block q of
+// the cluster.
+__device__ __forceinline__ float ce_remote_f(const float *p, unsigned q) {
+	unsigned a = (unsigned)__cvta_generic_to_shared(p), ra;
+	float v;
+	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(q));
+	asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
+	return v;
+}
+__device__ __forceinline__ double ce_remote_d(const double *p, unsigned q) {
+	unsigned a = (unsigned)__cvta_generic_to_shared(p), ra;
+	double v;
+	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(q));
+	asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(ra) : "memory");
+	return v;
+}
+#else
+// Before compute capability 9.0 the host launches only CL = 1.
+#define CE_CLUSTER(n)
+__device__ __forceinline__ unsigned ce_rank() { return 0; }
+__device__ __forceinline__ void ce_cluster_sync() {}
+__device__ __forceinline__ float ce_remote_f(const float *p, unsigned) { return *p; }
+__device__ __forceinline__ double ce_remote_d(const double *p, unsigned) { return *p; }
+#endif
+
+__device__ __forceinline__ void ce_unpack(uint4 a, int dt, float *v) {
+	u32 w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		u16 lo = (u16)(w[k] & 0xffffu), hi = (u16)(w[k] >> 16);
+		v[2 * k] = dt == DT_BF16 ? bf2f(lo) : h2f(lo);
+		v[2 * k + 1] = dt == DT_BF16 ? bf2f(hi) : h2f(hi);
+	}
+}
+
+template <int CL>
+__device__ __forceinline__ void ce_reg(float *loss, void *dl, int dtdl, const void *logits, int dtl, const int *targets,
+                                       int N, int W, int C, int ignore, float scale, int *err) {
 	__shared__ float shm[32];
 	__shared__ double shs[33];
-	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	const int q = dtl == DT_F32 ? 2 : 1; // 16-byte words per eight elements
-	for (int r = blockIdx.x; r < N; r += gridDim.x) {
-		int t = targets[r];
-		i64 base = (i64)r * W;
-		bool bad = t != ignore && (t < 0 || t >= C);
+	__shared__ float cmax[2];
+	__shared__ double csum[2];
+	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	const unsigned rank = CL > 1 ? ce_rank() : 0;
+	const int nch = W >> 3, per = (nch + CL - 1) / CL;
+	const int c0 = rank * per, c1 = min(nch, c0 + per);
+	int par = 0;
+	for (int r = blockIdx.x / CL; r < N; r += gridDim.x / CL) {
+		const int t = targets[r];
+		const i64 base = (i64)r * W;
+		const bool bad = t != ignore && (t < 0 || t >= C);
 		if (t == ignore || bad) {
-			if (bad && threadIdx.x == 0) raise_error(err, 4, t, r, C);
-			if (threadIdx.x == 0) loss[r] = 0;
+			if (rank == 0 && threadIdx.x == 0) {
+				if (bad) raise_error(err, 4, t, r, C);
+				loss[r] = 0;
+			}
 			if (dl) {
 				float z[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-				for (int c = 8 * threadIdx.x; c < W; c += 8 * blockDim.x) st8f(dl, dtdl, base + c, z);
+				for (int ch = c0 + threadIdx.x; ch < c1; ch += blockDim.x) st8f(dl, dtdl, base + 8 * ch, z);
 			}
 			continue;
 		}
-		const uint4 *grow = (const uint4 *)logits + base * q / 8;
-		uint4 *srw = (uint4 *)srow;
-		float m = NEG_INF, s = 0.0f, m1 = NEG_INF, s1 = 0.0f;
-#pragma unroll 2
-		for (int c = 8 * threadIdx.x; c < C; c += 8 * blockDim.x) {
-			int wi = c / 8 * q;
-			srw[wi] = grow[wi];
-			if (q == 2) srw[wi + 1] = grow[wi + 1];
-			float v[8];
-			ld8f(srow, dtl, c, v);
+		// x_t is read before any block of the cluster writes dLogits (which
+		// may alias the logits): the writes follow both barriers.
+		float xt = 0.0f;
+		if (rank == 0 && threadIdx.x == 0) xt = ldf(logits, dtl, base + t);
+		const uint4 *row = (const uint4 *)logits + (base >> 3);
+		uint4 a[CE_NCH];
 #pragma unroll
-			for (int k = 0; k < 8; k += 2) {
-				if (c + k < C) ce_add(v[k], m, s);
-				if (c + k + 1 < C) ce_add(v[k + 1], m1, s1);
+		for (int k = 0; k < CE_NCH; k++) {
+			int ch = c0 + threadIdx.x + k * CE_THREADS;
+			a[k] = ch < c1 ? row[ch] : make_uint4(0, 0, 0, 0);
+		}
+		float m = NEG_INF;
+#pragma unroll
+		for (int k = 0; k < CE_NCH; k++) {
+			int ch = c0 + threadIdx.x + k * CE_THREADS;
+			if (ch < c1) {
+				float v[8];
+				ce_unpack(a[k], dtl, v);
+#pragma unroll
+				for (int e = 0; e < 8; e++)
+					if (8 * ch + e < C) m = fmaxf(m, v[e]);
 			}
 		}
-		ce_merge(m, s, m1, s1);
 		float bm = warp_max(m);
 		__syncthreads();
 		if (lane == 0) shm[wid] = bm;
 		__syncthreads();
 		bm = NEG_INF;
 		for (int k = 0; k < nw; k++) bm = fmaxf(bm, shm[k]);
-		double part = s == 0.0f ? 0.0 : (double)s * (m == bm ? 1.0 : exp((double)m - (double)bm));
-		double tot = block_sumd(part, shs); // its barriers make the whole row visible
-		double lse = bm == -NEG_INF ? (double)__int_as_float(0x7fc00000) : (double)bm + log(tot);
-		if (threadIdx.x == 0) loss[r] = (float)(lse - (double)ldf(srow, dtl, t));
-		if (dl) {
-			float fl = (float)lse;
-			for (int c = 8 * threadIdx.x; c < W; c += 8 * blockDim.x) {
-				float v[8] = {0, 0, 0, 0, 0, 0, 0, 0}, g[8];
-				if (c < C) ld8f(srow, dtl, c, v);
+		if (CL > 1) {
+			if (threadIdx.x == 0) cmax[par] = bm;
+			ce_cluster_sync();
+			bm = NEG_INF;
+			for (int q = 0; q < CL; q++) bm = fmaxf(bm, ce_remote_f(&cmax[par], q));
+		}
+		// exp(-inf - -inf) would be NaN: a -inf logit adds 0 (a NaN one adds NaN).
+		float s = 0.0f;
 #pragma unroll
-				for (int k = 0; k < 8; k++)
-					g[k] = c + k < C ? scale * (expf(v[k] - fl) - (c + k == t ? 1.0f : 0.0f)) : 0.0f;
-				st8f(dl, dtdl, base + c, g);
+		for (int k = 0; k < CE_NCH; k++) {
+			int ch = c0 + threadIdx.x + k * CE_THREADS;
+			if (ch < c1) {
+				float v[8];
+				ce_unpack(a[k], dtl, v);
+#pragma unroll
+				for (int e = 0; e < 8; e++)
+					if (8 * ch + e < C) s += v[e] == NEG_INF ? 0.0f : expf(v[e] - bm);
 			}
 		}
-		__syncthreads(); // the row is read before the next overwrites it
+		double tot = block_sumd((double)s, shs);
+		if (CL > 1) {
+			if (threadIdx.x == 0) csum[par] = tot;
+			ce_cluster_sync();
+			tot = 0.0;
+			for (int q = 0; q < CL; q++) tot += ce_remote_d(&csum[par], q);
+		}
+		par ^= 1;
+		const double lse = bm == -NEG_INF ? (double)__int_as_float(0x7fc00000) : (double)bm + log(tot);
+		if (rank == 0 && threadIdx.x == 0) loss[r] = (float)(lse - (double)xt);
+		if (dl) {
+			const float fl = (float)lse;
+#pragma unroll
+			for (int k = 0; k < CE_NCH; k++) {
+				int ch = c0 + threadIdx.x + k * CE_THREADS;
+				if (ch < c1) {
+					float v[8], g[8];
+					ce_unpack(a[k], dtl, v);
+#pragma unroll
+					for (int e = 0; e < 8; e++) {
+						int c = 8 * ch + e;
+						g[e] = c < C ? scale * (expf(v[e] - fl) - (c == t ? 1.0f : 0.0f)) : 0.0f;
+					}
+					st8f(dl, dtdl, base + 8 * ch, g);
+				}
+			}
+		}
 	}
+	// No block leaves while another may still read its slots.
+	if (CL > 1) ce_cluster_sync();
 }
+
+// cross_entropy_r<CL> leaves the compiler every register (one block a
+// multiprocessor); cross_entropy_s<CL> caps them for two.
+#define CE_REG(NAME, CL, MINB)                                                                                         \
+	extern "C" __global__ void CE_CLUSTER(CL) __launch_bounds__(CE_THREADS, MINB)                                      \
+	    NAME##CL(float *loss, void *dl, int dtdl, const void *logits, int dtl, const int *targets, int N, int W, int C, \
+	             int ignore, float scale, int *err) {                                                                  \
+		ce_reg<CL>(loss, dl, dtdl, logits, dtl, targets, N, W, C, ignore, scale, err);                                 \
+	}
+CE_REG(cross_entropy_r, 1, 1)
+CE_REG(cross_entropy_r, 2, 1)
+CE_REG(cross_entropy_r, 4, 1)
+CE_REG(cross_entropy_r, 8, 1)
+CE_REG(cross_entropy_s, 1, 2)
+CE_REG(cross_entropy_s, 2, 2)
+CE_REG(cross_entropy_s, 4, 2)
+CE_REG(cross_entropy_s, 8, 2)

@@ -19,7 +19,7 @@
 #   triton   the compiled peer with the authors' Triton Parallax kernel
 #            (their package in peers/Parallax), gpt2-124m-like and qwen3-0.6b
 #   timers   `bench matmul` on cuda:0, which says what timed it
-# NO_SMALL=1 leaves out the small preset's rows. Logs and JSON go to $OUT
+# NO_SMALL=1 leaves out the small preset's rows; NO_BIG_TRITON=1 the Triton peer at qwen3-0.6b. Logs and JSON go to $OUT
 # (default /tmp/train-out).
 set -uo pipefail
 OUT=${OUT:-/tmp/train-out}
@@ -119,7 +119,7 @@ fi
 if has triton; then
 	export PEER_PARALLAX_SRC=${PEER_PARALLAX_SRC:-peers/Parallax}
 	peer --config gpt2-124m-like --attention parallax --compile 1
-	has big && peer --config qwen3-0.6b --attention parallax --compile 1 --batch 8 --seq 2048 --steps 12 --warmup 4
+	has big && [[ -z ${NO_BIG_TRITON:-} ]] && peer --config qwen3-0.6b --attention parallax --compile 1 --batch 8 --seq 2048 --steps 12 --warmup 4
 	echo "$(($(date +%s) - t0)) s so far"
 fi
 if has timers; then

@@ -5,8 +5,6 @@ package cuda
 import (
 	"encoding/binary"
 	"math"
-	"os"
-	"strconv"
 
 	"github.com/parallax-engine/parallax/engine"
 )
@@ -37,30 +35,11 @@ func normRoPELanes(dim int) int {
 // (about 2^17 threads, most of an H200 resident); decoding keeps one head
 // a unit. maxBlocks caps the grid (the kernels stride over the rest).
 func normRoPEUnits(b, l, h, lpr, maxBlocks int) (hpu int, grid [3]int) {
-	want := normRoPEWant
+	const want = 1 << 17
 	hpu = max(1, min(h, b*l*h*lpr/want))
 	units := int64(b) * int64(l) * int64((h+hpu-1)/hpu)
 	blocks := (units*int64(lpr) + 255) / 256
 	return hpu, [3]int{int(max(1, min(blocks, int64(maxBlocks)))), 1, 1}
-}
-
-// normRoPEWant is the lanes normRoPEUnits aims for (2^17 unless
-// PARALLAX_CUDA_NORMROPE_LANES gives log2 of another count, 10..24), and
-// normRoPEBwdBlocks the backward's blocks a multiprocessor (4 unless
-// PARALLAX_CUDA_NORMROPE_BWD_BLOCKS gives 1..64).
-var (
-	normRoPEWant      = 1 << envInt("PARALLAX_CUDA_NORMROPE_LANES", 17, 10, 24)
-	normRoPEBwdBlocks = envInt("PARALLAX_CUDA_NORMROPE_BWD_BLOCKS", 4, 1, 64)
-)
-
-// envInt is the integer environment variable name when set within [lo,
-// hi], else def.
-func envInt(name string, def, lo, hi int) int {
-	v, err := strconv.Atoi(os.Getenv(name))
-	if err != nil || v < lo || v > hi {
-		return def
-	}
-	return v
 }
 
 // ropeMaxPairs is ROPE_FMAX of common.cuh: the most pairs whose
@@ -107,48 +86,6 @@ func (d *Device) ropeTable(theta float32, dim int) (uint64, error) {
 	return buf.ptr, nil
 }
 
-// normRoPEAngles enqueues the cos/sin table of the 16-byte kernels
-// (nr_table: one entry per position row and pair, 8 bytes) when the rows
-// reuse each position enough to pay for its launch: at least normRoPEMinRows
-// rows and four units a position row. It returns nil (the kernels then
-// evaluate the angles themselves) otherwise, or when
-// PARALLAX_CUDA_NORMROPE_TABLE=0. The caller puts the buffer back.
-func (d *Device) normRoPEAngles(pos *engine.Tensor, b, l, h, hpu, dim int, theta float32, ftab uint64) (*buffer, error) {
-	npos := l
-	if pos.Rank() == 2 {
-		npos = b * l
-	}
-	units := int64(b) * int64(l) * int64((h+hpu-1)/hpu)
-	if normRoPENoTable || int64(b)*int64(l)*int64(h) < normRoPEMinRows || units < 4*int64(npos) {
-		return nil, nil
-	}
-	n := int64(npos) * int64(dim/2)
-	cs, err := d.scratch(8 * n)
-	if err != nil {
-		return nil, err
-	}
-	if err := d.launch(normRoPEModule, "nr_table", grid1(n), threads256, 0,
-		newArgs().p(cs.ptr).p(ptr(pos)).i(npos).i(dim).f(theta).p(ftab)); err != nil {
-		d.alloc.put(cs)
-		return nil, err
-	}
-	return cs, nil
-}
-
-// normRoPEMinRows is the fewest rows that get an angle table.
-const normRoPEMinRows = 16384
-
-// normRoPENoTable (PARALLAX_CUDA_NORMROPE_TABLE=0) keeps the angles inline.
-var normRoPENoTable = os.Getenv("PARALLAX_CUDA_NORMROPE_TABLE") == "0"
-
-// bufPtr is b's device address, 0 for nil.
-func bufPtr(b *buffer) uint64 {
-	if b == nil {
-		return 0
-	}
-	return b.ptr
-}
-
 // RMSNormRoPE norms and rotates x [B, L, H, D] into out [B, H, L, D] in one
 // launch; see engine.NormRoPE.
 func (d *Device) RMSNormRoPE(out, rstd, x, w, pos *engine.Tensor, eps, theta float32) error {
@@ -170,14 +107,9 @@ func (d *Device) RMSNormRoPE(out, rstd, x, w, pos *engine.Tensor, eps, theta flo
 			return err
 		}
 		hpu, g := normRoPEUnits(b, l, h, lpr, 1<<20)
-		cs, err := d.normRoPEAngles(pos, b, l, h, hpu, dim, theta, tab)
-		if err != nil {
-			return err
-		}
-		defer d.alloc.put(cs)
 		return d.launch(normRoPEModule, "normrope8", g, threads256, 0,
 			newArgs().p(ptr(out)).i(dt(out)).p(ptr(rstd)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).p(ptr(pos)).
-				i(b).i(l).i(h).i(dim).i(hpu).i(perSeq).f(eps).f(theta).i(lpr).p(tab).p(bufPtr(cs)))
+				i(b).i(l).i(h).i(dim).i(hpu).i(perSeq).f(eps).f(theta).i(lpr).p(tab))
 	}
 	return d.launch(normRoPEModule, "normrope", warpRowGrid(rows), threads256, 0,
 		newArgs().p(ptr(out)).i(dt(out)).p(ptr(rstd)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).p(ptr(pos)).
@@ -203,18 +135,13 @@ func (d *Device) RMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos *engine.Tenso
 	if pos.Rank() == 2 {
 		perSeq = 1
 	}
-	maxBlocks := normRoPEBwdBlocks * max(d.g.sms, 1)
+	maxBlocks := 4 * max(d.g.sms, 1)
 	if lpr := normRoPELanes(dim); lpr > 0 {
 		tab, err := d.ropeTable(theta, dim)
 		if err != nil {
 			return err
 		}
 		hpu, g := normRoPEUnits(b, l, h, lpr, maxBlocks)
-		cs, err := d.normRoPEAngles(pos, b, l, h, hpu, dim, theta, tab)
-		if err != nil {
-			return err
-		}
-		defer d.alloc.put(cs)
 		part, err := d.scratch(int64(g[0]) * int64(dim) * 4)
 		if err != nil {
 			return err
@@ -222,7 +149,7 @@ func (d *Device) RMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos *engine.Tenso
 		defer d.alloc.put(part)
 		if err := d.launch(normRoPEModule, "normrope_bwd8", g, threads256, 8*4*dim,
 			newArgs().p(ptr(dX)).i(dt(dX)).p(part.ptr).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).
-				p(ptr(rstd)).p(ptr(pos)).i(b).i(l).i(h).i(dim).i(hpu).i(perSeq).f(theta).i(lpr).p(tab).p(bufPtr(cs))); err != nil {
+				p(ptr(rstd)).p(ptr(pos)).i(b).i(l).i(h).i(dim).i(hpu).i(perSeq).f(theta).i(lpr).p(tab)); err != nil {
 			return err
 		}
 		return d.colsumAdd(ptr(dW), dt(dW), part.ptr, g[0], dim)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 
 	"github.com/parallax-engine/parallax/engine"
 )
@@ -445,40 +446,27 @@ func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o e
 	}
 	a := newArgs().p(ptr(loss)).p(dl).i(dtdl).p(ptr(logits)).i(dt(logits)).p(ptr(targets)).i(n).i(w).i(classes).
 		i(int(o.IgnoreIndex)).f(o.GradScale).p(d.errBuf.ptr)
-	// 16-bit logits in 16-byte rows are held in registers, a row to a
-	// cluster of 1 to 8 blocks: one read of the logits and one write of
-	// dLogits instead of two reads.
-	if cl := d.crossEntropyCluster(w); cl > 0 && crossEntropyKernel != "generic" && w%8 == 0 && logits.DType().Size() == 2 && ptr(logits)%16 == 0 &&
-		(dLogits == nil || (dLogits.DType() != engine.I32 && dl%16 == 0)) {
-		rows := min(n, (1<<20)/cl)
-		family := "cross_entropy_r"
-		if crossEntropyKernel == "s" {
-			family = "cross_entropy_s"
-		}
-		return d.launch(ew, fmt.Sprintf("%s%d", family, cl), [3]int{rows * cl, 1, 1}, [3]int{512, 1, 1}, 0, a)
+	g := rowGrid(n)
+	if crossEntropyBlocks > 0 {
+		g[0] = min(g[0], crossEntropyBlocks*max(d.g.sms, 1))
 	}
-	return d.launch(ew, "cross_entropy", rowGrid(n), threads256, 0, a)
+	return d.launch(ew, "cross_entropy", g, threads256, 0, a)
 }
 
-// crossEntropyKernel (PARALLAX_CUDA_CE) picks the cross-entropy kernel for
-// measurements: "" the register-held rows, "s" the same with registers
-// capped for two blocks a multiprocessor, "generic" the two-pass kernel.
-var crossEntropyKernel = os.Getenv("PARALLAX_CUDA_CE")
+// crossEntropyBlocks (PARALLAX_CUDA_CE_BLOCKS, 1..64) caps the cross
+// entropy's grid at that many blocks a multiprocessor, so that fewer rows
+// are in flight and a row's second read (the gradient pass) can come from
+// L2; 0 (unset) launches a block a row.
+var crossEntropyBlocks = envInt("PARALLAX_CUDA_CE_BLOCKS", 0, 1, 64)
 
-// crossEntropyCluster is the cluster size of cross_entropy_r for rows of w
-// elements (512 threads a block, eight 8-element chunks a thread), or 0 when
-// none applies: clusters need compute capability 9.0.
-func (d *Device) crossEntropyCluster(w int) int {
-	const perBlock = 512 * 8 * 8
-	for _, cl := range []int{1, 2, 4, 8} {
-		if cl > 1 && d.g.ccMajor < 9 {
-			return 0
-		}
-		if (w+cl-1)/cl <= perBlock {
-			return cl
-		}
+// envInt is the integer environment variable name when set within [lo,
+// hi], else def.
+func envInt(name string, def, lo, hi int) int {
+	v, err := strconv.Atoi(os.Getenv(name))
+	if err != nil || v < lo || v > hi {
+		return def
 	}
-	return 0
+	return v
 }
 
 // zeroedScratch is scratch(n) set to zero (the double accumulators of the

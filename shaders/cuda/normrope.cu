@@ -46,47 +46,9 @@ __device__ __forceinline__ void nr_unit(i64 u, int L, int chunks, int hpu, int *
 	*h0 = (int)(bc - (i64)*b * chunks) * hpu;
 }
 
-// nr_table: cs[(prow * D/2 + i) * 2 + {0, 1}] = cos, sin of pos[prow] f_i
-// for each of the npos position rows (L, or B L for per-sequence
-// positions), formed as the kernels form them inline (rope_sincos). A
-// training batch has far fewer positions than rows (B L H / L), so the
-// 16-byte kernels read the pairs' angles from this table (a few hundred KiB,
-// resident in L2) instead of each lane evaluating eight of them a unit: the
-// double-precision reduction made the kernels compute-bound.
-extern "C" __global__ void nr_table(float *cs, const int *pos, int npos, int D, float theta, const double *ftab) {
-	__shared__ double fr[ROPE_FMAX];
-	rope_freqs(fr, theta, D, ftab);
-	int half = D >> 1;
-	i64 n = (i64)npos * half;
-	for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.x * blockDim.x) {
-		int prow = (int)(e / half), i = (int)(e - (i64)prow * half);
-		float c, s;
-		nr_sincos(pos[prow], rope_freq(fr, i, theta, D), &c, &s);
-		cs[2 * e] = c;
-		cs[2 * e + 1] = s;
-	}
-}
-
-// nr_angles fills c, s for pairs i0..i0+7 of position row prow: from the
-// table when there is one, else evaluated.
-__device__ __forceinline__ void nr_angles(const float *cs, int prow, int p, int half, int i0, const double *f, float *c,
-                                          float *s) {
-	if (cs) {
-		const float4 *t = (const float4 *)(cs + 2 * ((i64)prow * half + i0));
-#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			float4 v = t[k];
-			c[2 * k] = v.x, s[2 * k] = v.y, c[2 * k + 1] = v.z, s[2 * k + 1] = v.w;
-		}
-		return;
-	}
-#pragma unroll
-	for (int k = 0; k < 8; k++) nr_sincos(p, f[k], &c[k], &s[k]);
-}
-
 extern "C" __global__ void normrope8(void *out, int dto, float *rstd, const void *x, int dtx, const void *w, int dtw,
                                      const int *pos, int B, int L, int H, int D, int hpu, int per_seq, float eps,
-                                     float theta, int lpr, const double *ftab, const float *cs) {
+                                     float theta, int lpr, const double *ftab) {
 	int lane = threadIdx.x & 31, sub = lane & (lpr - 1), gpw = 32 / lpr;
 	int half = D >> 1, i0 = 8 * sub;
 	int chunks = (H + hpu - 1) / hpu;
@@ -107,8 +69,9 @@ extern "C" __global__ void normrope8(void *out, int dto, float *rstd, const void
 		float c[8], s[8];
 		if (ok) {
 			nr_unit(u, L, chunks, hpu, &b, &l, &h0);
-			int prow = per_seq ? b * L + l : l;
-			nr_angles(cs, prow, cs ? 0 : pos[prow], half, i0, f, c, s);
+			int p = pos[per_seq ? (i64)b * L + l : l];
+#pragma unroll
+			for (int k = 0; k < 8; k++) nr_sincos(p, f[k], &c[k], &s[k]);
 		}
 		for (int j = 0; j < hpu; j++) {
 			int h = h0 + j;
@@ -150,7 +113,7 @@ extern "C" __global__ void normrope8(void *out, int dto, float *rstd, const void
 extern "C" __global__ void normrope_bwd8(void *dx, int dtdx, float *part, const void *dout, int dtdo, const void *x,
                                          int dtx, const void *w, int dtw, const float *rstd, const int *pos, int B,
                                          int L, int H, int D, int hpu, int per_seq, float theta, int lpr,
-                                         const double *ftab, const float *cs) {
+                                         const double *ftab) {
 	extern __shared__ float sh[];
 	int lane = threadIdx.x & 31, sub = lane & (lpr - 1), gpw = 32 / lpr;
 	int half = D >> 1, i0 = 8 * sub;
@@ -172,8 +135,9 @@ extern "C" __global__ void normrope_bwd8(void *dx, int dtdx, float *part, const 
 		float c[8], s[8];
 		if (ok) {
 			nr_unit(u, L, chunks, hpu, &b, &l, &h0);
-			int prow = per_seq ? b * L + l : l;
-			nr_angles(cs, prow, cs ? 0 : pos[prow], half, i0, f, c, s);
+			int p = pos[per_seq ? (i64)b * L + l : l];
+#pragma unroll
+			for (int k = 0; k < 8; k++) nr_sincos(p, f[k], &c[k], &s[k]);
 		}
 		for (int j = 0; j < hpu; j++) {
 			int h = h0 + j;

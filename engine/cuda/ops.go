@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"strconv"
 
 	"github.com/parallax-engine/parallax/engine"
 )
@@ -444,29 +443,9 @@ func (d *Device) CrossEntropy(loss, dLogits, logits, targets *engine.Tensor, o e
 	if dLogits != nil {
 		dl, dtdl = ptr(dLogits), dt(dLogits)
 	}
-	a := newArgs().p(ptr(loss)).p(dl).i(dtdl).p(ptr(logits)).i(dt(logits)).p(ptr(targets)).i(n).i(w).i(classes).
-		i(int(o.IgnoreIndex)).f(o.GradScale).p(d.errBuf.ptr)
-	g := rowGrid(n)
-	if crossEntropyBlocks > 0 {
-		g[0] = min(g[0], crossEntropyBlocks*max(d.g.sms, 1))
-	}
-	return d.launch(ew, "cross_entropy", g, threads256, 0, a)
-}
-
-// crossEntropyBlocks (PARALLAX_CUDA_CE_BLOCKS, 1..64) caps the cross
-// entropy's grid at that many blocks a multiprocessor, so that fewer rows
-// are in flight and a row's second read (the gradient pass) can come from
-// L2; 0 (unset) launches a block a row.
-var crossEntropyBlocks = envInt("PARALLAX_CUDA_CE_BLOCKS", 0, 1, 64)
-
-// envInt is the integer environment variable name when set within [lo,
-// hi], else def.
-func envInt(name string, def, lo, hi int) int {
-	v, err := strconv.Atoi(os.Getenv(name))
-	if err != nil || v < lo || v > hi {
-		return def
-	}
-	return v
+	return d.launch(ew, "cross_entropy", rowGrid(n), threads256, 0,
+		newArgs().p(ptr(loss)).p(dl).i(dtdl).p(ptr(logits)).i(dt(logits)).p(ptr(targets)).i(n).i(w).i(classes).
+			i(int(o.IgnoreIndex)).f(o.GradScale).p(d.errBuf.ptr))
 }
 
 // zeroedScratch is scratch(n) set to zero (the double accumulators of the

@@ -48,8 +48,8 @@ const normRoPEMaxPos = 1024
 // its composition): against the composition of the references of RMSNorm,
 // SwapAxes12 and RoPE, the backward also against finite differences. The
 // shapes take the 16-byte kernels (D/2 a multiple of 8), the generic ones
-// (D = 12), one position (decoding), per-sequence positions and batches
-// large enough for the CUDA kernels' angle table.
+// (D = 12), one position (decoding), per-sequence positions and
+// training-sized batches.
 func normRoPECases(o Options, dt engine.DType) []Case {
 	const eps = 1e-6
 	shapes := []normRoPECase{
@@ -57,8 +57,9 @@ func normRoPECases(o Options, dt engine.DType) []Case {
 		{2, 6, 4, 64, true, 1e4},
 		{3, 1, 4, 128, true, 1e6},
 		{1, 3, 2, 12, false, 1e4},
-		// Enough rows for a table of the angles (CUDA: 16384 rows), shared
-		// and per-sequence positions.
+		// Training-sized batches (16384 rows): units of several heads and
+		// dW partials summed over many rows, shared and per-sequence
+		// positions.
 		{4, 512, 8, 64, false, 1e4},
 		{2, 256, 32, 64, true, 1e6},
 	}

@@ -651,8 +651,8 @@ func crossEntropyCases(o Options, dt engine.DType) []Case {
 		{6, 768, 700, 1000, true, false},
 		{4, 640, 130, 1000, true, false},
 		{10, 256, 200, math.Inf(1), false, true},
-		// Rows wider than one block of a register-held kernel (CUDA: a
-		// row to a cluster of 2, 4 and 8 blocks).
+		// Rows of the presets' vocabularies: GPT-2's padded to 50304 (the
+		// pad logits never read), an odd width, Qwen3's 151936.
 		{5, 50304, 50257, 1000, false, false},
 		{4, 70008, 69999, math.NaN(), true, false},
 		{3, 151936, 0, 0, false, false},

@@ -321,20 +321,6 @@ func (o *Optimizer) ReduceGrads() error {
 	return nil
 }
 
-// validGrads lists the parameters whose gradient this rank holds reduced.
-func (o *Optimizer) validGrads() []*model.Param {
-	if o.par == nil {
-		return o.params
-	}
-	var out []*model.Param
-	for _, p := range o.params {
-		if o.holds(p) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // GlobalGradNorm is GradNorm over the reduced gradients of the whole job:
 // each rank sums the squares of the gradients it owns (rank 0 also those
 // every rank holds) and the sums are added over the ranks, so every rank
@@ -358,11 +344,6 @@ func (o *Optimizer) GlobalGradNorm(acc *engine.Tensor) (float64, error) {
 		return 0, fmt.Errorf("grad norm: %w", err)
 	}
 	return math.Sqrt(v[0]), nil
-}
-
-// ScaleReducedGrads multiplies the gradients this rank holds reduced by s.
-func (o *Optimizer) ScaleReducedGrads(s float64) error {
-	return ScaleGrads(o.dev, o.validGrads(), s)
 }
 
 // syncParams broadcasts every owned parameter from its owner after the
@@ -495,6 +476,55 @@ type parallel struct {
 	ctx         context.Context // the run's context, for the stop vote
 }
 
+// A nil *parallel is the world of one process (rank 0 of 1): the
+// methods below are what runner.step needs of the job, and do nothing
+// there, so that one process runs the same step as a rank of a job.
+
+// rankOf is this process's rank (0 in one process).
+func (p *parallel) rankOf() int {
+	if p == nil {
+		return 0
+	}
+	return p.rank
+}
+
+// size is the number of ranks (1 in one process).
+func (p *parallel) size() int {
+	if p == nil {
+		return 1
+	}
+	return p.world
+}
+
+// progress tells the hang detector that this rank reached mark, a phase
+// of step stepNo (three marks per step).
+func (p *parallel) progress(mark, stepNo int, phase string) {
+	if p != nil {
+		p.comm.Group().Progress(int64(mark), fmt.Sprintf("step %d: %s", stepNo, phase))
+	}
+}
+
+// cancelled reports whether this rank's context asks to stop, its vote in
+// the step's agreement (one process reads its context in stopping).
+func (p *parallel) cancelled() bool {
+	return p != nil && p.ctx != nil && p.ctx.Err() != nil
+}
+
+// sumHost replaces vals by their sums over the ranks.
+func (p *parallel) sumHost(vals []float64) error {
+	if p == nil {
+		return nil
+	}
+	return p.comm.AllReduceHost(vals)
+}
+
+// setStop records the ranks' vote to stop after this step.
+func (p *parallel) setStop(stop bool) {
+	if p != nil {
+		p.stop = stop
+	}
+}
+
 // leader reports whether this process writes the run's files (rank 0, or
 // the only process).
 func (r *runner) leader() bool { return r.par == nil || r.par.rank == 0 }
@@ -622,114 +652,6 @@ func (r *runner) stopping(ctx context.Context) bool {
 	}
 	r.par.ctx = ctx
 	return r.par.stop
-}
-
-// stepParallel is step for one rank of a data-parallel job.
-func (r *runner) stepParallel(buf, in, tgt []int32, wantCOR bool) (stepOut, error) {
-	var out stepOut
-	c, p := r.cfg, r.par
-	T, b := c.Seq, c.Batch/p.world
-	buf, in, tgt = buf[:b*(T+1)], in[:b*T], tgt[:b*T]
-	stepNo := r.st.Step + 1
-	g := p.comm.Group()
-	g.Progress(int64(3*stepNo-2), fmt.Sprintf("step %d: forward and backward", stepNo))
-	if err := r.m.ZeroGrads(); err != nil {
-		return out, err
-	}
-	var lossSum float64
-	var count int
-	bad := false
-	for micro := range c.Accum {
-		r.sampler.Skip(p.rank * b)
-		if err := r.sampler.Next(buf, b); err != nil {
-			return out, err
-		}
-		r.sampler.Skip((p.world - 1 - p.rank) * b)
-		if bad {
-			continue // the step is lost; keep the sampler in step
-		}
-		for i := range b {
-			row := buf[i*(T+1) : (i+1)*(T+1)]
-			data.SplitWindow(row, in[i*T:(i+1)*T], tgt[i*T:(i+1)*T], model.IgnoreIndex)
-		}
-		st, err := r.m.Forward(in, tgt, b, T)
-		if !finite(st.Sum) {
-			bad = true // decided with the other ranks below
-			lossSum = st.Sum
-			continue
-		}
-		if err != nil {
-			return out, fmt.Errorf("step %d: %w", stepNo, err)
-		}
-		lossSum += st.Sum
-		count += st.Count
-		if wantCOR && micro == 0 && r.m.Config.Parallax() {
-			if r.m.Config.ProbeGate {
-				if out.gate, err = r.m.GateMeans(); err != nil {
-					return out, fmt.Errorf("step %d: %w", stepNo, err)
-				}
-			}
-			if out.cor, err = r.m.CORs(); err != nil {
-				return out, fmt.Errorf("step %d: %w", stepNo, err)
-			}
-		}
-		if micro == c.Accum-1 {
-			r.opt.ArmReduce() // the gradients become final in this backward
-		}
-		if err := r.m.Backward(float32(1 / float64(c.Accum))); err != nil {
-			return out, fmt.Errorf("step %d: %w", stepNo, err)
-		}
-	}
-	g.Progress(int64(3*stepNo-1), fmt.Sprintf("step %d: gradient reduction", stepNo))
-	// Finish the reduction the backward started before the vote below: the
-	// ranks must issue their collectives in the same order, and a rank
-	// whose loss was not finite skipped its backward (it starts every
-	// bucket here; the step is then skipped or fails, its gradients
-	// unused).
-	if err := r.opt.ReduceGrads(); err != nil {
-		return out, fmt.Errorf("step %d: %w", stepNo, err)
-	}
-	vote := 0.0
-	if p.ctx != nil && p.ctx.Err() != nil {
-		vote = 1
-	}
-	badVote := 0.0
-	if bad {
-		badVote = 1
-	}
-	v := []float64{lossSum, float64(count), vote, badVote}
-	if err := p.comm.AllReduceHost(v); err != nil {
-		return out, fmt.Errorf("step %d: %w", stepNo, err)
-	}
-	p.stop = v[2] > 0
-	out.loss = v[0] / math.Max(v[1], 1)
-	if v[3] > 0 || !finite(v[0]) {
-		e := &NonFiniteError{Step: stepNo, What: "loss", Value: math.NaN(), Where: r.locate(false)}
-		if bad {
-			e.Value = lossSum
-		}
-		if c.SkipNonFinite && e.Where == "" {
-			out.skipped, out.loss = true, math.NaN()
-			return out, nil
-		}
-		return out, e
-	}
-	gn, err := r.opt.GlobalGradNorm(r.acc)
-	if err != nil {
-		return out, fmt.Errorf("step %d: %w", stepNo, err)
-	}
-	if stop, err := r.checkGradNorm(stepNo, gn, &out); stop {
-		return out, err
-	}
-	if err := r.opt.ScaleReducedGrads(ClipFactor(gn, c.ClipNorm)); err != nil {
-		return out, fmt.Errorf("step %d: %w", stepNo, err)
-	}
-	g.Progress(int64(3*stepNo), fmt.Sprintf("step %d: optimizer update", stepNo))
-	if err := r.opt.Step(r.sched.Factor(r.st.Step)); err != nil {
-		return out, fmt.Errorf("step %d: %w", stepNo, err)
-	}
-	r.m.MarkWeightsChanged()
-	return out, nil
 }
 
 // evalLoss is EvalLoss over wins; the ranks of a job each score a

@@ -815,41 +815,56 @@ func (r *runner) checkGradNorm(stepNo int, gn float64, out *stepOut) (bool, erro
 	return true, e
 }
 
+// step runs one training step. Every process runs this one path: a single
+// process is the world of one (r.par nil), where each collective below is
+// a no-op, and a rank of a data-parallel job trains on its rows of the
+// global batch (parallel.go), the collectives averaging the gradients and
+// agreeing on the loss, the stop and a lost step.
+//
+// Each micro-batch is one ForwardBackward (the loss gradient written by the
+// forward's cross entropy, one host synchronisation); on the last one the
+// armed gradient hook starts the reduction during the backward pass. A
+// non-finite loss is known only after its backward, whose gradients are
+// then of no use: the rest of the step only keeps the sampler in step, and
+// the step is skipped or fails on every rank alike. The clip factor of the
+// global gradient norm goes into the update (Optimizer.StepScaled) rather
+// than into a pass over the gradients.
 func (r *runner) step(buf, in, tgt []int32, wantCOR bool) (stepOut, error) {
-	if r.par != nil {
-		return r.stepParallel(buf, in, tgt, wantCOR)
-	}
 	var out stepOut
-	c := r.cfg
-	T := c.Seq
+	c, p := r.cfg, r.par
+	rank, world := p.rankOf(), p.size()
+	T, b := c.Seq, c.Batch/world
+	buf, in, tgt = buf[:b*(T+1)], in[:b*T], tgt[:b*T]
+	stepNo := r.st.Step + 1
+	p.progress(3*stepNo-2, stepNo, "forward and backward")
 	if err := r.m.ZeroGrads(); err != nil {
 		return out, err
 	}
 	var lossSum float64
 	var count int
-	stepNo := r.st.Step + 1
+	bad := false // this rank's loss was not finite: the step is lost
 	for micro := range c.Accum {
-		if err := r.sampler.Next(buf, c.Batch); err != nil {
+		// Every rank walks the whole global batch and reads its own rows, so
+		// that the sampler's state is the job's.
+		r.sampler.Skip(rank * b)
+		if err := r.sampler.Next(buf, b); err != nil {
 			return out, err
 		}
-		for b := range c.Batch {
-			row := buf[b*(T+1) : (b+1)*(T+1)]
-			data.SplitWindow(row, in[b*T:(b+1)*T], tgt[b*T:(b+1)*T], model.IgnoreIndex)
+		r.sampler.Skip((world - 1 - rank) * b)
+		if bad {
+			continue // the step is lost; keep the sampler in step
 		}
-		st, err := r.m.ForwardBackward(in, tgt, c.Batch, T, float32(1/float64(c.Accum)))
+		for i := range b {
+			row := buf[i*(T+1) : (i+1)*(T+1)]
+			data.SplitWindow(row, in[i*T:(i+1)*T], tgt[i*T:(i+1)*T], model.IgnoreIndex)
+		}
+		if micro == c.Accum-1 {
+			r.opt.ArmReduce() // the gradients become final in this backward
+		}
+		st, err := r.m.ForwardBackward(in, tgt, b, T, float32(1/float64(c.Accum)))
 		if !finite(st.Sum) {
-			e := &NonFiniteError{Step: stepNo, What: "loss", Value: st.Sum, Where: r.locate(false)}
-			if c.SkipNonFinite && e.Where == "" {
-				out.skipped, out.loss = true, math.NaN()
-				// Keep the sampler in step: consume the remaining micro-batches.
-				for range c.Accum - micro - 1 {
-					if err := r.sampler.Next(buf, c.Batch); err != nil {
-						return out, err
-					}
-				}
-				return out, nil
-			}
-			return out, e
+			bad, lossSum = true, st.Sum // decided with the other ranks below
+			continue
 		}
 		if err != nil {
 			return out, fmt.Errorf("step %d: %w", stepNo, err)
@@ -867,14 +882,46 @@ func (r *runner) step(buf, in, tgt []int32, wantCOR bool) (stepOut, error) {
 			}
 		}
 	}
-	out.loss = lossSum / float64(max(count, 1))
-	gn, err := GradNorm(r.dev, r.opt.Params(), r.acc)
+	p.progress(3*stepNo-1, stepNo, "gradient reduction")
+	// Finish the reduction the backward started before the vote below: the
+	// ranks must issue their collectives in the same order, and a rank that
+	// stopped at a non-finite loss before its last micro-batch never armed
+	// the hook (it starts every bucket here; the step is then skipped or
+	// fails, its gradients unused).
+	if err := r.opt.ReduceGrads(); err != nil {
+		return out, fmt.Errorf("step %d: %w", stepNo, err)
+	}
+	v := []float64{lossSum, float64(count), 0, 0} // loss, tokens, stop votes, lost steps
+	if p.cancelled() {
+		v[2] = 1
+	}
+	if bad {
+		v[3] = 1
+	}
+	if err := p.sumHost(v); err != nil {
+		return out, fmt.Errorf("step %d: %w", stepNo, err)
+	}
+	p.setStop(v[2] > 0)
+	out.loss = v[0] / math.Max(v[1], 1)
+	if v[3] > 0 || !finite(v[0]) {
+		e := &NonFiniteError{Step: stepNo, What: "loss", Value: math.NaN(), Where: r.locate(false)}
+		if bad {
+			e.Value = lossSum
+		}
+		if c.SkipNonFinite && e.Where == "" {
+			out.skipped, out.loss = true, math.NaN()
+			return out, nil
+		}
+		return out, e
+	}
+	gn, err := r.opt.GlobalGradNorm(r.acc)
 	if err != nil {
 		return out, fmt.Errorf("step %d: %w", stepNo, err)
 	}
 	if stop, err := r.checkGradNorm(stepNo, gn, &out); stop {
 		return out, err
 	}
+	p.progress(3*stepNo, stepNo, "optimizer update")
 	if err := r.opt.StepScaled(r.sched.Factor(r.st.Step), ClipFactor(gn, c.ClipNorm)); err != nil {
 		return out, fmt.Errorf("step %d: %w", stepNo, err)
 	}

@@ -44,7 +44,9 @@ utilisation MFU = 6 N tokens/s / peak.
                                        (softmax 5), each 2 B H L^2 D (halved
                                        by the causal mask)
   decode     --shape B,Hq,Hkv,L,D      one query per head over a KV cache of
-                                       L entries; bytes of K and V read
+             [--queries N]             L entries (N queries, the last N
+                                       positions: a chunk over the cache);
+                                       bytes of K and V read
   generate   --model DIR               KV-cache generation from a model
              --batch B                 directory: random prompts of P tokens
              --prompt-len P --new N    (default 128) for B sequences (default
@@ -121,6 +123,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	flush := fs.Bool("flush", true, "on a device with device timers that can flush its caches (CUDA), evict the L2 before each timed run, so inputs come from memory (and the launch hides behind the flush), as in a model and as the PyTorch peers time")
 	softmax := fs.Bool("softmax", false, "attention: softmax attention instead of Parallax")
 	backward := fs.Bool("backward", false, "attention: time the backward instead of the forward")
+	queries := fs.Int("queries", 1, "decode: query tokens a sequence decodes at once (a chunk of prompt over the cache), each seeing the cache up to its own position")
 	peakTF := fs.Float64("peak-tflops", 0, "the device's matrix ceiling in TFLOP/s (for the roofline fraction)")
 	peakGB := fs.Float64("peak-gbps", 0, "the device's memory ceiling in GB/s (for the roofline fraction)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
@@ -133,6 +136,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	// The command line is checked whole before the device is opened.
 	if err := checkFlags(fs,
 		numFlag("iters").atLeast(1).atMost(maxBenchIters),
+		numFlag("queries").atLeast(1).atMost(4096),
 		numFlag("peak-tflops").above(0).or(0, "what is known of the device"),
 		numFlag("peak-gbps").above(0).or(0, "what is known of the device"),
 	); err != nil {
@@ -260,14 +264,18 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		if hkv == 0 || hq%hkv != 0 {
 			return usagef("--shape: Hq %d is not a multiple of Hkv %d", hq, hkv)
 		}
+		lq := *queries
+		if lq > l {
+			return usagef("--queries %d: more than the cache's %d keys", lq, l)
+		}
 		bytes = 2 * sz * float64(b*hkv*l*d)
-		flops = 4 * 2 * float64(b*hq*l*d)
+		flops = 4 * 2 * float64(b*hq*lq*l*d)
 		if *softmax {
 			flops /= 2
 		}
 		prepare = func() (func() error, func(), error) {
 			ts := newBenchTensors(dev)
-			q, o := ts.alloc(dt, b, hq, 1, d), ts.alloc(dt, b, hq, 1, d)
+			q, o := ts.alloc(dt, b, hq, lq, d), ts.alloc(dt, b, hq, lq, d)
 			kc, vc := ts.alloc(dt, b, hkv, l, d), ts.alloc(dt, b, hkv, l, d)
 			lens := make([]int32, b)
 			for i := range lens {
@@ -280,7 +288,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			ts.list = append(ts.list, lt)
 			a := engine.DecodeArgs{Q: q, KCache: kc, VCache: vc, Lens: lt, O: o}
 			if !*softmax {
-				a.R = ts.alloc(dt, b, hq, 1, d)
+				a.R = ts.alloc(dt, b, hq, lq, d)
 			}
 			if ts.err != nil {
 				return nil, ts.free, ts.err

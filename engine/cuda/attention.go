@@ -507,8 +507,9 @@ func (d *Device) decodeScratch(n, m int) (part, cnt uint64, err error) {
 }
 
 // DecodeAttention is split-KV attention over a KV cache (Flash-Decoding).
-// On the tensor-core path (bf16, G*Lq <= 8, D in 16..128) it is one
-// launch: the G query heads of a KV head share its blocks, planDecode
+// On the tensor-core path (bf16, D in 16..128, G*Lq up to 8 x
+// maxDecodeTiles rows, in tiles of 8) it is one launch: the G query heads
+// of a KV head share its blocks, planDecode
 // picks the splits and the ring depth, and the last block of each (batch,
 // KV head) to finish merges the splits. Nothing on the host depends on the
 // lengths (a device tensor), so the launch replays in a CUDA graph.
@@ -525,13 +526,14 @@ func (d *Device) DecodeAttention(a engine.DecodeArgs) error {
 		return nil
 	}
 	px := a.R != nil
-	if allBF16(a.Q, a.R, a.KCache, a.VCache, a.O) && (D == 16 || mmaD(D)) && dims.G*Lq <= 8 {
-		env, err := decodeEnvNow()
-		if err != nil {
-			return err
-		}
+	env, err := decodeEnvNow()
+	if err != nil {
+		return err
+	}
+	tiles := decodeTiles(dims.G, Lq)
+	if allBF16(a.Q, a.R, a.KCache, a.VCache, a.O) && (D == 16 || mmaD(D)) && tiles <= env.maxTiles() {
 		p, err := planDecode(decodeGPU{sms: d.g.sms, smemOptin: d.g.smemOptin, minKeys: d.opts.DecodeSplitKeys},
-			B*Hkv, dims.Cap, D, a.Splits, env)
+			B*Hkv*tiles, dims.Cap, D, a.Splits, env)
 		if err != nil {
 			return err
 		}
@@ -542,13 +544,13 @@ func (d *Device) DecodeAttention(a engine.DecodeArgs) error {
 		pst := 24 + 16*D
 		pp, cp := uint64(0), uint64(0)
 		if splits > 1 {
-			if pp, cp, err = d.decodeScratch(B*Hkv*splits*pst, B*Hkv); err != nil {
+			if pp, cp, err = d.decodeScratch(B*Hkv*tiles*splits*pst, B*Hkv*tiles); err != nil {
 				return err
 			}
 		}
-		return d.launch(mmaMod, decodeKernel(D, p.stages, px), [3]int{splits, Hkv, B}, threads128, decodeSmem(D, p.stages),
+		return d.launch(mmaMod, decodeKernel(D, p.stages, px), [3]int{splits * tiles, Hkv, B}, threads128, decodeSmem(D, p.stages),
 			newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.KCache)).p(ptr(a.VCache)).p(ptr(a.O)).p(ptr(a.Lens)).
-				i(Hq).i(Hkv).i(Lq).i(dims.Cap).f(dims.Scale).i(dims.Window).i(splits).p(pp).p(cp).p(d.errBuf.ptr))
+				i(Hq).i(Hkv).i(Lq).i(dims.Cap).f(dims.Scale).i(dims.Window).i(splits).i(tiles).p(pp).p(cp).p(d.errBuf.ptr))
 	}
 	// The SIMT path streams each row's keys in one pass; splitting only
 	// changes rounding, so Splits is not needed there.

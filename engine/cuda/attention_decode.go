@@ -28,6 +28,11 @@ const (
 	// blocks) to standard error once: `parallax bench decode` shows the
 	// splits it used this way.
 	EnvDecodeReport = "PARALLAX_CUDA_DECODE_REPORT"
+	// EnvDecodeTiles caps the 8-row tiles a group may take on the
+	// tensor-core path (1 to maxDecodeTiles); groups of more rows run the
+	// SIMT kernel. 1 is the rule before tiling (G*Lq <= 8 only), kept to
+	// measure the tiles against it.
+	EnvDecodeTiles = "PARALLAX_CUDA_DECODE_TILES"
 )
 
 // decodeStageChoices are the ring depths attention_mma.cu compiles.
@@ -36,12 +41,33 @@ var decodeStageChoices = []int{3, 4, 6}
 // maxDecodeSplits bounds the automatic split count.
 const maxDecodeSplits = 64
 
+// maxDecodeTiles bounds the 8-row tiles of one (batch, KV head) group on
+// the tensor-core decode path: every tile streams the group's keys again
+// (from L2 after the first), so past a few hundred rows the prefill
+// kernels' larger row blocks would be the better shape; 64 tiles (512
+// rows: 128 tokens at G = 4) keep a chunk of prompt over a cache on the
+// tensor cores rather than the SIMT kernel.
+const maxDecodeTiles = 64
+
+// decodeTiles is the number of 8-row tiles of a group of G query heads
+// decoding Lq tokens each.
+func decodeTiles(G, Lq int) int { return (G*Lq + 7) / 8 }
+
 // decodeEnv is the parsed environment overrides.
 type decodeEnv struct {
 	old    bool // the old split rule
 	splits int  // a forced split count (0: none)
 	stages int  // a forced ring depth (0: none)
 	report bool // print each new plan
+	tiles  int  // the most row tiles a group takes (0: maxDecodeTiles)
+}
+
+// maxTiles is the tile cap in force.
+func (e decodeEnv) maxTiles() int {
+	if e.tiles > 0 {
+		return e.tiles
+	}
+	return maxDecodeTiles
 }
 
 // parseDecodeEnv reads the overrides through getenv.
@@ -71,6 +97,13 @@ func parseDecodeEnv(getenv func(string) string) (decodeEnv, error) {
 		e.report = true
 	default:
 		return e, fmt.Errorf("cuda: %s=%q: want 0 or 1", EnvDecodeReport, s)
+	}
+	if s := getenv(EnvDecodeTiles); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxDecodeTiles {
+			return e, fmt.Errorf("cuda: %s=%q: want 1 to %d", EnvDecodeTiles, s, maxDecodeTiles)
+		}
+		e.tiles = n
 	}
 	return e, nil
 }
@@ -196,8 +229,9 @@ var decodeReported sync.Map
 // reportDecode prints a plan to standard error the first time it is used
 // for a shape.
 func reportDecode(p decodePlan, B, Hkv, G, Lq, capacity, D int, px bool) {
-	line := fmt.Sprintf("cuda decode: B %d Hq %d Hkv %d Lq %d L %d D %d %s: splits %d (%s), stages %d, blocks %d\n",
-		B, G*Hkv, Hkv, Lq, capacity, D, kind(px), p.splits, p.rule, p.stages, p.splits*B*Hkv)
+	tiles := decodeTiles(G, Lq)
+	line := fmt.Sprintf("cuda decode: B %d Hq %d Hkv %d Lq %d L %d D %d %s: splits %d (%s), stages %d, tiles %d, blocks %d\n",
+		B, G*Hkv, Hkv, Lq, capacity, D, kind(px), p.splits, p.rule, p.stages, tiles, p.splits*tiles*B*Hkv)
 	if _, seen := decodeReported.LoadOrStore(line, true); !seen {
 		fmt.Fprint(os.Stderr, line)
 	}

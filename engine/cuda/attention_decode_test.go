@@ -103,6 +103,9 @@ func TestParseDecodeEnv(t *testing.T) {
 		{map[string]string{EnvDecodeSplits: "new"}, decodeEnv{}, EnvDecodeSplits},
 		{map[string]string{EnvDecodeStages: "5"}, decodeEnv{}, EnvDecodeStages},
 		{map[string]string{EnvDecodeReport: "yes"}, decodeEnv{}, EnvDecodeReport},
+		{map[string]string{EnvDecodeTiles: "1"}, decodeEnv{tiles: 1}, ""},
+		{map[string]string{EnvDecodeTiles: "0"}, decodeEnv{}, EnvDecodeTiles},
+		{map[string]string{EnvDecodeTiles: "65"}, decodeEnv{}, EnvDecodeTiles},
 	} {
 		got, err := parseDecodeEnv(func(k string) string { return c.env[k] })
 		switch {

@@ -160,6 +160,6 @@ func (o Options) kernels(wgmma, tma bool) map[string]string {
 	return map[string]string{
 		"attention forward":  fwd + "; SIMT otherwise",
 		"attention backward": bwd + "; SIMT otherwise",
-		"decode":             fmt.Sprintf("mma.sync split-KV with fused combine (bf16, G*Lq <= 8), splits of >= %d keys; SIMT otherwise", keys),
+		"decode":             fmt.Sprintf("mma.sync split-KV with fused combine (bf16, G*Lq rows in tiles of 8, up to %d tiles), splits of >= %d keys; SIMT otherwise", maxDecodeTiles, keys),
 	}
 }

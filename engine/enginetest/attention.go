@@ -191,6 +191,10 @@ func attentionCases(o Options, dt engine.DType) []Case {
 		{3, 4, 2, 1, 50, 16, 0, []int{50, 1, 23}},
 		{2, 8, 2, 2, 70, 32, 0, []int{2, 65}},
 		{2, 2, 1, 1, 100, 64, 24, []int{100, 40}},
+		// Several tokens a sequence: 20 and 36 query rows a group, more
+		// than one 8-row tile on the tensor-core path, the last one short.
+		{1, 8, 2, 5, 90, 128, 0, []int{90}},
+		{2, 4, 1, 9, 80, 64, 16, []int{80, 9}},
 	}
 	if o.Short {
 		fwd, bwd, lla, lin, dec = fwd[:3], bwd[:3], lla[:2], lin[:2], dec[:2]

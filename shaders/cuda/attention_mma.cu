@@ -543,11 +543,14 @@ BWD(128, 32, 32)
 
 // ---------------------------------------------------------------------
 // Decode over a KV cache, split-KV with the combine fused (one launch).
-// Grid (splits, Hkv, B), 4 warps; the block streams its chunk of keys in
-// stages of 64 (16 per warp) through an S-deep cp.async ring (S - 1 stages
-// in flight). The G*Lq <= 8 query rows of the group sit in rows 0-7 of one
-// m16 A tile and their probes in rows 8-15, so K and V are read once for
-// the whole group. Each warp keeps its own running state; the block merges
+// Grid (splits x tiles, Hkv, B), 4 warps; the block streams its chunk of
+// keys in stages of 64 (16 per warp) through an S-deep cp.async ring (S - 1
+// stages in flight). The G*Lq query rows of the group are cut into tiles of
+// 8 (rows 8t..8t+7; more than one tile when several tokens are decoded at
+// once, a chunk of prompt over a cache): a tile's queries sit in rows 0-7
+// of one m16 A tile and their probes in rows 8-15. The tiles of a split are
+// adjacent blocks, so the K and V they share come from DRAM once and from
+// L2 after that. Each warp keeps its own running state; the block merges
 // its warps and, with one split, writes o; otherwise it writes a partial
 // (m, d1, d2, O1, O2 of its rows) and the last block of the (batch, KV
 // head) to finish, found by an atomic counter that it resets, merges every
@@ -569,14 +572,16 @@ __device__ __forceinline__ float4 dec_ld4(const float *p) {
 template <int D, bool PX, int STAGES>
 __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *K, const u16 *V, u16 *O, const int *lens,
                                          int Hq, int Hkv, int Lq, int Cap, float scale, int window, int splits,
-                                         float *part, int *counters, int *err) {
+                                         int tiles, float *part, int *counters, int *err) {
 	constexpr int SD = D + 8;
 	constexpr int PST = 24 + 16 * D; // floats per partial: m[8], d1[8], d2[8], O1[8][D], O2[8][D]
 	extern __shared__ __align__(16) unsigned char smem[];
 	u16 *sA = (u16 *)smem, *sK = sA + 16 * SD, *sV = sK + STAGES * DEC_KEYS * SD;
 	__shared__ int last;
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-	const int split = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, G = Hq / Hkv, nrows = G * Lq;
+	const int split = blockIdx.x / tiles, tile = blockIdx.x % tiles, hk = blockIdx.y, b = blockIdx.z, G = Hq / Hkv;
+	const int row0 = tile * 8, nrows = min(8, G * Lq - row0); // the tile's rows of the group
+	const int grp = (b * Hkv + hk) * tiles + tile;              // its partials and counter
 	const i64 ko = ((i64)b * Hkv + hk) * Cap * D;
 	// Under programmatic dependent launch (engine/cuda/pdl.go) the kernel
 	// may start before the one that appended the step's keys has finished:
@@ -590,13 +595,13 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 		int rr = c / (D / 8), cc = (c % (D / 8)) * 8, qr = rr & 7;
 		bool ok = qr < nrows && (rr < 8 || PX);
 		const u16 *src = Q;
-		if (ok) src = (rr < 8 ? Q : R) + (((i64)b * Hq + hk * G + qr / Lq) * Lq + qr % Lq) * D + cc;
+		if (ok) src = (rr < 8 ? Q : R) + (((i64)b * Hq + hk * G + (row0 + qr) / Lq) * Lq + (row0 + qr) % Lq) * D + cc;
 		cp_async16(sA + rr * SD + cc, src, ok ? 16 : 0);
 	}
 	cp_async_commit();
 	int n = lens[b];
 	if (n < Lq || n > Cap) {
-		if (tid == 0 && split == 0 && hk == 0) raise_error(err, 2, b, n, Cap);
+		if (tid == 0 && blockIdx.x == 0 && hk == 0) raise_error(err, 2, b, n, Cap);
 		n = min(max(n, Lq), Cap);
 	}
 	const int uLo = window > 0 ? max(0, n - Lq + 1 - window) : 0;
@@ -621,7 +626,7 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 	for (int kk = 0; kk < D / 16; kk++) ldsm4(fa[kk], sA + kk * 16 + a_off(lane, SD));
 
 	const float sl2 = scale * LOG2E;
-	const int qi = g % Lq; // query index of row g
+	const int qi = (row0 + g) % Lq; // query index of row g
 	const int hiq = qi + n - Lq + 1, loq = window > 0 ? max(0, hiq - window) : 0;
 	const bool rowok = g < nrows;
 	float acc[D / 8][4];
@@ -698,7 +703,7 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 			if (lane < 16 && jl < c1) {
 				int vis = 0;
 				for (int rr = 0; rr < nrows; rr++) {
-					int hr = rr % Lq + n - Lq + 1, lr = window > 0 ? max(0, hr - window) : 0;
+					int hr = (row0 + rr) % Lq + n - Lq + 1, lr = window > 0 ? max(0, hr - window) : 0;
 					vis += jl < hr && jl >= lr;
 				}
 				if (vis > 0 && vis < nrows) {
@@ -764,14 +769,14 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 	__syncthreads();
 	// o of row r from its merged state: a valid sequence's rows see a key,
 	// so D1 NaN or 0 (every score -inf) makes o NaN, never 0.
-	auto orow = [&](int r) { return O + (((i64)b * Hq + hk * G + r / Lq) * Lq + r % Lq) * D; };
+	auto orow = [&](int r) { return O + (((i64)b * Hq + hk * G + (row0 + r) / Lq) * Lq + (row0 + r) % Lq) * D; };
 	auto fin = [](float D1, float D2, float A1, float A2) {
 		float inv = 1.0f / D1, tb = D2 * inv;
 		return A1 * inv * (1 + tb) - A2 * inv;
 	};
 	// The block's state of its rows: o itself with one split, else the
 	// block's partial, written straight to global memory.
-	float *pp = part + (((i64)b * Hkv + hk) * splits + split) * PST;
+	float *pp = part + ((i64)grp * splits + split) * PST;
 	for (int e = tid; e < nrows * D; e += 128) {
 		int r = e / D, c = e % D;
 		float M = NEG_INF;
@@ -801,14 +806,14 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 	if (splits == 1) return;
 	__threadfence();
 	__syncthreads();
-	if (tid == 0) last = atomicAdd(&counters[b * Hkv + hk], 1) == splits - 1;
+	if (tid == 0) last = atomicAdd(&counters[grp], 1) == splits - 1;
 	__syncthreads();
 	if (!last) return;
 	__threadfence();
 	// The combine: items of 4 columns of one row, TPI threads an item (a
 	// power of two, lanes of one warp) taking every TPI-th split, eight
 	// splits' loads in flight at a time, then merged across the TPI lanes.
-	const float *ps = part + ((i64)b * Hkv + hk) * splits * PST;
+	const float *ps = part + (i64)grp * splits * PST;
 	constexpr int C4 = D / 4;
 	const int nitems = nrows * C4;
 	int tpi = 1;
@@ -870,15 +875,15 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 			*(uint2 *)(orow(r) + c) = make_uint2(lo, hi);
 		}
 	}
-	if (tid == 0) counters[b * Hkv + hk] = 0; // ready for the next call
+	if (tid == 0) counters[grp] = 0; // ready for the next call
 }
 
 // attn_dec_mma_d<D>_<px|sm>: 3 stages; attn_dec_mma_s<S>_d<D>_<px|sm>: S.
 #define DECK(D, S, NAME, PXV, KIND)                                                                                    \
 	extern "C" __global__ void __launch_bounds__(128) NAME##KIND(                                                      \
 	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, u16 *O, const int *lens, int Hq, int Hkv, int Lq, int Cap, \
-	    float scale, int window, int splits, float *part, int *counters, int *err) {                                     \
-		dec_impl<D, PXV, S>(Q, R, K, V, O, lens, Hq, Hkv, Lq, Cap, scale, window, splits, part, counters, err);         \
+	    float scale, int window, int splits, int tiles, float *part, int *counters, int *err) {                          \
+		dec_impl<D, PXV, S>(Q, R, K, V, O, lens, Hq, Hkv, Lq, Cap, scale, window, splits, tiles, part, counters, err);  \
 	}
 #define DEC(D)                                                                                                           \
 	DECK(D, 3, attn_dec_mma_d##D, true, _px)                                                                         \

@@ -12,8 +12,9 @@ import (
 
 // TestSPIRVUpToDate recompiles every shader into a temporary directory and
 // fails if a committed spv/*.spv differs (run `go generate ./shaders`). It
-// needs glslc: without it the test skips, unless PARALLAX_REQUIRE_VULKAN=1
-// (CI), where it fails.
+// needs glslc, and for the KHR cooperative-matrix variants the pinned
+// compiler of .ci/fetch-glslc13.sh: without either the test skips what it
+// cannot compile, unless PARALLAX_REQUIRE_VULKAN=1 (CI), where it fails.
 func TestSPIRVUpToDate(t *testing.T) {
 	if _, err := build.Glslc(); err != nil {
 		if os.Getenv("PARALLAX_REQUIRE_VULKAN") == "1" {
@@ -21,13 +22,22 @@ func TestSPIRVUpToDate(t *testing.T) {
 		}
 		t.Skip(err)
 	}
-	stale, extra, err := build.Stale(".", "spv")
+	vs := build.Variants
+	if _, err := build.KHRGlslc("."); err != nil {
+		if os.Getenv("PARALLAX_REQUIRE_VULKAN") == "1" {
+			t.Fatalf("PARALLAX_REQUIRE_VULKAN=1: %v", err)
+		}
+		t.Logf("checking only the portable variants: %v", err)
+		vs = build.Portable()
+	}
+	stale, extra, err := build.StaleVariants(".", "spv", vs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	v, _ := build.GlslcVersion()
 	for _, name := range stale {
-		t.Errorf("spv/%s.spv is stale or missing (compiled with %s): run go generate ./shaders", name, v)
+		t.Errorf("spv/%s.spv is stale or missing (compiled with %s, the KHR variants with %s): run go generate ./shaders",
+			name, v, build.KHRGlslcVersion)
 	}
 	for _, name := range extra {
 		t.Errorf("spv/%s is not produced by any variant: run go generate ./shaders", name)
@@ -51,17 +61,32 @@ func TestEmbedded(t *testing.T) {
 }
 
 // TestSPIRVValid runs spirv-val (SPIRV-Tools) on every embedded module when
-// it is installed: this is the only check the cooperative-matrix kernel
-// gets on machines without such hardware.
+// it is installed: this is the only check the cooperative-matrix kernels
+// get on machines without such hardware. The KHR variants are validated
+// with the spirv-val beside the pinned KHR compiler (older SPIRV-Tools
+// reject the KHR cooperative-matrix capability) and skipped without it.
 func TestSPIRVValid(t *testing.T) {
 	val, err := exec.LookPath("spirv-val")
 	if err != nil {
 		t.Skip("spirv-val not installed (Debian: spirv-tools)")
 	}
+	khr := map[string]bool{}
+	for _, v := range build.Variants {
+		khr[v.Name] = v.KHR
+	}
+	khrVal, khrErr := build.KHRSpirvVal(".")
 	for _, name := range shaders.Names() {
-		out, err := exec.Command(val, "--target-env", "vulkan1.1", filepath.Join("spv", name+".spv")).CombinedOutput()
+		tool := val
+		if khr[name] {
+			if khrErr != nil {
+				t.Logf("spv/%s.spv not validated: %v", name, khrErr)
+				continue
+			}
+			tool = khrVal
+		}
+		out, err := exec.Command(tool, "--target-env", "vulkan1.1", filepath.Join("spv", name+".spv")).CombinedOutput()
 		if err != nil {
-			t.Errorf("spirv-val spv/%s.spv: %v\n%s", name, err, out)
+			t.Errorf("%s spv/%s.spv: %v\n%s", tool, name, err, out)
 		}
 	}
 }

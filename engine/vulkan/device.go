@@ -34,10 +34,11 @@ type Device struct {
 	queue vk.Queue
 	px    *C.pxDevice
 
-	push     bool // push descriptors (else a descriptor pool per batch)
-	no16     bool // 16-bit tensors through 32-bit words and atomics
-	coop     bool // NV cooperative-matrix matmul kernel
-	subgroup int  // subgroup size
+	push     bool       // push descriptors (else a descriptor pool per batch)
+	no16     bool       // 16-bit tensors through 32-bit words and atomics
+	coop     bool       // NV cooperative-matrix kernels (matmul and attention)
+	mm       matmulPath // the cooperative-matrix matmul kernel, if any
+	subgroup int        // subgroup size
 
 	fenceSpin time.Duration // how long a wait polls a fence before blocking (fenceSpinFor)
 
@@ -117,11 +118,11 @@ func (d *Device) SetOptions(o Options) error {
 		return err
 	}
 	if o.NoPushDescriptors != d.opts.NoPushDescriptors || o.No16BitStorage != d.opts.No16BitStorage ||
-		o.PipelineStats != d.opts.PipelineStats {
-		return errors.New("vulkan: push descriptors, 16-bit storage and pipeline statistics are chosen at open (OpenWith)")
+		o.PipelineStats != d.opts.PipelineStats || o.Coop != d.opts.Coop {
+		return errors.New("vulkan: push descriptors, 16-bit storage, pipeline statistics and the cooperative-matrix path are chosen at open (OpenWith)")
 	}
 	d.opts = o
-	d.info.Kernels = o.kernels(d.coop, d.subgroup == 32)
+	d.info.Kernels = o.kernels(d.mm, d.subgroup == 32)
 	return nil
 }
 
@@ -132,8 +133,7 @@ func (p *physDevice) listedKernels() map[string]string {
 	if err != nil {
 		return map[string]string{"options": err.Error()}
 	}
-	coop, _ := p.coopMatMulNV()
-	return o.kernels(coop, p.x.subgroupSize == 32)
+	return o.kernels(p.matmulPath(o), p.x.subgroupSize == 32)
 }
 
 // newDeviceWith creates the logical device for p under options o.
@@ -142,7 +142,9 @@ func newDeviceWith(rt *vkRuntime, p *physDevice, present bool, o Options) (*Devi
 	d.info.Features = maps.Clone(d.info.Features)
 	d.push = p.x.hasPushDescriptor != 0 && p.x.maxPushDescriptors >= maxBindings && !o.NoPushDescriptors
 	d.no16 = !p.has16BitStorage() || o.No16BitStorage
-	d.coop, _ = p.coopMatMulNV()
+	d.mm = p.matmulPath(o)
+	d.coop = d.mm.kind == coopNV
+	p.pathFeatures(d.info.Features, d.mm) // under o, not the environment
 	d.fenceSpin = fenceSpinFor(p.devType)
 	if d.subgroup <= 0 {
 		d.subgroup = 1
@@ -153,7 +155,7 @@ func newDeviceWith(rt *vkRuntime, p *physDevice, present bool, o Options) (*Devi
 		exts = append(exts, "VK_KHR_push_descriptor\x00")
 	}
 	en := C.pxEnable{}
-	if !d.no16 || d.coop {
+	if !d.no16 || d.mm.kind != coopNone {
 		en.chain16Bit = 1
 	}
 	if d.coop {
@@ -162,6 +164,13 @@ func newDeviceWith(rt *vkRuntime, p *physDevice, present bool, o Options) (*Devi
 			exts = append(exts, "VK_KHR_shader_float16_int8\x00", "VK_KHR_vulkan_memory_model\x00")
 		}
 		en.chainFloat16, en.chainMemoryModel, en.chainCoopNV = 1, 1, 1
+	}
+	if d.mm.kind == coopKHR {
+		exts = append(exts, "VK_KHR_cooperative_matrix\x00")
+		if p.apiVersion < vk.MakeVersion(1, 2, 0) {
+			exts = append(exts, "VK_KHR_shader_float16_int8\x00", "VK_KHR_vulkan_memory_model\x00")
+		}
+		en.chainFloat16, en.chainMemoryModel, en.chainCoopKHR = 1, 1, 1
 	}
 	stats := o.PipelineStats && hasString(p.exts, "VK_KHR_pipeline_executable_properties")
 	if stats {
@@ -225,16 +234,16 @@ func newDeviceWith(rt *vkRuntime, p *physDevice, present bool, o Options) (*Devi
 		d.Close()
 		return nil, fmt.Errorf("vulkan:%d (%s): %w", p.index, p.name, err)
 	}
-	if d.coop {
+	if d.mm.kind != coopNone {
 		// The tensor-core path is checked against the scalar one once per
 		// device before ops may use it.
 		if why := d.checkCoop(); why != "" {
 			d.coop = false
-			d.info.Features["matmul path"] = "scalar (coopmat: " + why + ")"
-			d.info.Features["attention path"] = "scalar (coopmat: " + why + ")"
+			d.mm = matmulPath{why: why}
+			p.pathFeatures(d.info.Features, d.mm)
 		}
 	}
-	d.info.Kernels = o.kernels(d.coop, d.subgroup == 32)
+	d.info.Kernels = o.kernels(d.mm, d.subgroup == 32)
 	return d, nil
 }
 

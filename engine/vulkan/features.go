@@ -180,6 +180,7 @@ func (p *physDevice) coopShapesNV() []coopShape {
 	return out
 }
 
+// coopShapesKHR lists the KHR cooperative-matrix shapes.
 func (p *physDevice) coopShapesKHR() []coopShape {
 	var out []coopShape
 	for i := 0; i < int(p.x.nCoopKHR); i++ {
@@ -206,6 +207,146 @@ func (p *physDevice) coopMatMulNV() (bool, string) {
 		return false, "no 16x16x16 f16 x f16 -> f32 shape"
 	}
 	return true, ""
+}
+
+// coopKind is a cooperative-matrix matmul kernel family.
+type coopKind int
+
+const (
+	coopNone coopKind = iota // the scalar kernels only
+	coopNV                   // matmul_coop (VK_NV_cooperative_matrix)
+	coopKHR                  // matmul_coop_khr (VK_KHR_cooperative_matrix)
+)
+
+// matmulPath is the matmul kernel a device runs for f16 products: the
+// family, the KHR kernel's fragment shape, and why (a line for `parallax
+// devices`).
+type matmulPath struct {
+	kind  coopKind
+	shape coopShape // coopKHR: M x N x K of one fragment
+	why   string
+}
+
+// khrMaxFragment bounds the KHR fragment edges the kernel accepts: its
+// workgroup tile is 4 fragments on a side, so 32 gives 128 x 128 tiles.
+const khrMaxFragment = 32
+
+// khrSharedBytes is the shared memory matmul_coop_khr declares for a
+// fragment shape: its A and B slices (f16, 2 K-fragments deep) and the f32
+// result tile.
+func khrSharedBytes(s coopShape) int {
+	bm, bn, tk := 4*s.M, 4*s.N, 2*s.K
+	return 2*(bm*tk+tk*bn) + 4*bm*bn
+}
+
+// coopMatMulKHR returns the fragment shape the KHR cooperative-matrix
+// matmul kernel runs with on the device, or why it cannot run. Of the f16
+// x f16 + f32 -> f32 subgroup-scope shapes the device reports, it takes the
+// largest (M N K, then M N) whose tiles fit the device's shared memory:
+// 16x16x16 on NVIDIA and AMD, 8x8x8 on lavapipe.
+func (p *physDevice) coopMatMulKHR() (coopShape, string) {
+	if p.x.hasCoopKHR == 0 || !cBool(p.x.coopKHR) {
+		return coopShape{}, "no VK_KHR_cooperative_matrix"
+	}
+	if !cBool(p.x.shaderFloat16) || !cBool(p.x.storageBuffer16BitAccess) || !cBool(p.x.vulkanMemoryModel) {
+		return coopShape{}, "needs shaderFloat16, 16-bit storage and the Vulkan memory model"
+	}
+	// The kernel's workgroup is four subgroups of the reported size; a
+	// device that may compile it with other sizes would leave parts of
+	// the tile to no subgroup.
+	sg := int(p.x.subgroupSize)
+	if sg <= 0 {
+		return coopShape{}, "no subgroup size reported"
+	}
+	if p.x.minSubgroupSize != 0 && p.x.minSubgroupSize != p.x.maxSubgroupSize {
+		return coopShape{}, fmt.Sprintf("the subgroup size varies (%d..%d); the kernel needs a fixed one", p.x.minSubgroupSize, p.x.maxSubgroupSize)
+	}
+	if lim := min(int(p.lim.maxGroupInvocations), int(p.lim.maxGroupSize[0])); 4*sg > lim {
+		return coopShape{}, fmt.Sprintf("four %d-wide subgroups exceed the workgroup limit %d", sg, lim)
+	}
+	var best coopShape
+	found := false
+	for _, s := range p.coopShapesKHR() {
+		if s.A != C.PX_COMPONENT_FLOAT16 || s.B != C.PX_COMPONENT_FLOAT16 || s.C != C.PX_COMPONENT_FLOAT32 ||
+			s.Result != C.PX_COMPONENT_FLOAT32 || s.Scope != C.PX_SCOPE_SUBGROUP {
+			continue
+		}
+		if s.M <= 0 || s.N <= 0 || s.K <= 0 || s.M > khrMaxFragment || s.N > khrMaxFragment || s.K > khrMaxFragment {
+			continue
+		}
+		if khrSharedBytes(s) > int(p.lim.maxSharedMemory) {
+			continue
+		}
+		if !found || s.M*s.N*s.K > best.M*best.N*best.K || (s.M*s.N*s.K == best.M*best.N*best.K && s.M*s.N > best.M*best.N) {
+			best, found = s, true
+		}
+	}
+	if !found {
+		return coopShape{}, "no f16 x f16 -> f32 subgroup shape that fits (" + shapeList(p.coopShapesKHR()) + ")"
+	}
+	return best, ""
+}
+
+// matmulPath chooses the cooperative-matrix matmul kernel under o: NV
+// where it runs (the faster, tuned kernel, and the one the tensor-core
+// attention kernels share features with), else KHR; o.Coop forces one or
+// neither, and PARALLAX_VULKAN_COOPMAT=0 switches both off.
+func (p *physDevice) matmulPath(o Options) matmulPath {
+	if os.Getenv("PARALLAX_VULKAN_COOPMAT") == "0" {
+		return matmulPath{why: "off (PARALLAX_VULKAN_COOPMAT=0)"}
+	}
+	mode := o.Coop
+	if mode == "off" {
+		return matmulPath{why: "off (" + EnvCoop + "=off)"}
+	}
+	nvOK, nvWhy := false, "not chosen ("+EnvCoop+"="+mode+")"
+	if mode != "khr" {
+		nvOK, nvWhy = p.coopMatMulNV()
+	}
+	if nvOK {
+		why := "VK_NV_cooperative_matrix 16x16x16"
+		if mode == "nv" {
+			why += ", forced (" + EnvCoop + "=nv)"
+		}
+		return matmulPath{kind: coopNV, why: why}
+	}
+	if mode == "nv" {
+		return matmulPath{why: "NV forced (" + EnvCoop + "=nv) but " + nvWhy}
+	}
+	shape, khrWhy := p.coopMatMulKHR()
+	if khrWhy != "" {
+		if mode == "khr" {
+			return matmulPath{why: "KHR forced (" + EnvCoop + "=khr) but " + khrWhy}
+		}
+		return matmulPath{why: "NV: " + nvWhy + "; KHR: " + khrWhy}
+	}
+	why := fmt.Sprintf("VK_KHR_cooperative_matrix %dx%dx%d, subgroup %d", shape.M, shape.N, shape.K, p.x.subgroupSize)
+	if mode == "khr" {
+		why += ", forced (" + EnvCoop + "=khr)"
+	} else {
+		why += " (NV: " + nvWhy + ")"
+	}
+	return matmulPath{kind: coopKHR, shape: shape, why: why}
+}
+
+// pathFeatures sets the "matmul path" and "attention path" lines of a
+// device description for matmul path mm.
+func (p *physDevice) pathFeatures(f map[string]string, mm matmulPath) {
+	switch mm.kind {
+	case coopNV:
+		f["matmul path"] = "cooperative matrix (NV, f16 inputs) + scalar: " + mm.why
+		if p.x.subgroupSize == 32 {
+			f["attention path"] = "cooperative matrix (NV, f16 operands) for 16-bit attention, its backward and decode + scalar"
+		} else {
+			f["attention path"] = "scalar (the tensor-core kernels need 32-wide subgroups)"
+		}
+	case coopKHR:
+		f["matmul path"] = "cooperative matrix (KHR, f16 inputs) + scalar: " + mm.why
+		f["attention path"] = "scalar (the tensor-core attention kernels are NV-only)"
+	default:
+		f["matmul path"] = "scalar (coopmat: " + mm.why + ")"
+		f["attention path"] = "scalar (coopmat: " + mm.why + ")"
+	}
 }
 
 // hasCoopShapeNV reports whether the device lists the NV cooperative-matrix
@@ -299,17 +440,11 @@ func (p *physDevice) info() engine.DeviceInfo {
 	} else {
 		f["coopmat nv"] = "no"
 	}
-	if ok, why := p.coopMatMulNV(); ok {
-		f["matmul path"] = "cooperative matrix (NV, f16 inputs) + scalar"
-		if x.subgroupSize == 32 {
-			f["attention path"] = "cooperative matrix (NV, f16 operands) for 16-bit attention, its backward and decode + scalar"
-		} else {
-			f["attention path"] = "scalar (the tensor-core kernels need 32-wide subgroups)"
-		}
-	} else {
-		f["matmul path"] = "scalar (coopmat: " + why + ")"
-		f["attention path"] = "scalar (coopmat: " + why + ")"
+	o, err := optionsFromEnv()
+	if err != nil {
+		o = Options{} // the listing's "kernels" entry reports the error
 	}
+	p.pathFeatures(f, p.matmulPath(o))
 	if !p.has16BitStorage() {
 		f["16-bit tensors"] = "word atomics (no 16-bit storage)"
 	}

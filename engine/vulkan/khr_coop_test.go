@@ -29,8 +29,10 @@ const (
 // TestKHRCooperativeMatrixDevice checks, on a device from the driver that
 // PARALLAX_VULKAN_KHR_RUN selects, that VK_KHR_cooperative_matrix is
 // offered with at least one f16 x f16 -> f32 shape at subgroup scope (the
-// shape the KHR matmul kernels will need), logs every shape, and runs one
-// op on the device. Skipped unless the variable is set, for example to
+// shape the KHR matmul kernel needs), logs every shape, and runs one op on
+// the device; the rerun also runs the other TestKHR tests
+// (khr_matmul_test.go), which certify the KHR matmul kernel there.
+// Skipped unless the variable is set, for example to
 // $PWD/.ci/cache/lvp-khr/bin/vk-run.
 func TestKHRCooperativeMatrixDevice(t *testing.T) {
 	if os.Getenv(khrChildEnv) != "1" {
@@ -38,7 +40,7 @@ func TestKHRCooperativeMatrixDevice(t *testing.T) {
 		if run == "" {
 			t.Skipf("set %s to .ci/fetch-lavapipe-khr.sh's bin/vk-run (an absolute path) to run this test", khrRunEnv)
 		}
-		cmd := exec.Command(run, os.Args[0], "-test.run=^TestKHRCooperativeMatrixDevice$", "-test.v")
+		cmd := exec.Command(run, os.Args[0], "-test.run=^TestKHR", "-test.v")
 		cmd.Env = append(os.Environ(), khrChildEnv+"=1")
 		out, err := cmd.CombinedOutput()
 		t.Logf("%s %s:\n%s", run, os.Args[0], out)

@@ -9,7 +9,10 @@ import (
 // MatMul: a tiled shared-memory kernel (shaders/matmul.comp) on every
 // device, with tiles of 64 x 64 (smaller for small matrices); on devices
 // with VK_NV_cooperative_matrix, products whose inputs are both f16 use
-// the tensor-core kernel (shaders/matmul_coop.comp) instead. Decode
+// the tensor-core kernel (shaders/matmul_coop.comp) instead, and on
+// devices with VK_KHR_cooperative_matrix only (AMD, Intel, lavapipe) its
+// twin shaders/matmul_coop_khr.comp with the fragment shape the device
+// reports (features.go, matmulPath). Decode
 // products (1 to 8 rows against a transposed weight) take the GEMV kernel
 // (ops_gemv.go).
 
@@ -74,27 +77,44 @@ func (d *Device) matmulScalar(o, a, b *engine.Tensor, opts engine.MatMulOpts, di
 	return nil
 }
 
-// useCoop reports whether the cooperative-matrix kernel handles a product.
+// useCoop reports whether a cooperative-matrix kernel handles a product.
 func (d *Device) useCoop(a, b *engine.Tensor, dims engine.MatMulDims) bool {
-	return d.coop && a.DType() == engine.F16 && b.DType() == engine.F16 && d.subgroup == 32
+	if a.DType() != engine.F16 || b.DType() != engine.F16 {
+		return false
+	}
+	switch d.mm.kind {
+	case coopNV:
+		return d.subgroup == 32
+	case coopKHR:
+		return true
+	}
+	return false
 }
 
-// matmulCoop runs the cooperative-matrix kernel: 64 x 64 tiles of four
-// 32-wide subgroups.
+// matmulCoop runs the device's cooperative-matrix kernel: matmul_coop, 64
+// x 64 tiles of four 32-wide subgroups, or matmul_coop_khr, 4 x 4
+// fragments of the chosen shape of four subgroups of the device's size.
 func (d *Device) matmulCoop(o, a, b *engine.Tensor, opts engine.MatMulOpts, dims engine.MatMulDims) error {
+	kernel, wg, tm, tn := "matmul_coop", 128, 64, 64
+	var sp spec
+	if d.mm.kind == coopKHR {
+		s := d.mm.shape
+		kernel, wg, tm, tn = "matmul_coop_khr", 4*d.subgroup, 4*s.M, 4*s.N
+		sp = spec{1: uint32(s.M), 2: uint32(s.N), 3: uint32(s.K)}
+	}
 	sb := dims.K * dims.N
 	if dims.SharedB {
 		sb = 0
 	}
-	gx := (dims.N + 63) / 64
-	gy := (dims.M + 63) / 64
+	gx := (dims.N + tn - 1) / tn
+	gy := (dims.M + tm - 1) / tm
 	maxZ := int(d.pd.lim.maxGroupCount[2])
 	for z0 := 0; z0 < dims.Batch; z0 += maxZ {
 		nz := min(maxZ, dims.Batch-z0)
 		pc := push(uint32(dims.M), uint32(dims.N), uint32(dims.K), opts.TransA, opts.TransB, opts.Accumulate,
 			uint32(dims.M*dims.K), uint32(sb), uint32(dims.M*dims.N), uint32(z0))
 		d.profileGemm(o, a, b, opts, dims, nz)
-		if err := d.launch("matmul_coop", 128, nil, pc, grid{uint32(gx), uint32(gy), uint32(nz)}, in(a), in(b), out(o)); err != nil {
+		if err := d.launch(kernel, wg, sp, pc, grid{uint32(gx), uint32(gy), uint32(nz)}, in(a), in(b), out(o)); err != nil {
 			return err
 		}
 	}

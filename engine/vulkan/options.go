@@ -52,6 +52,15 @@ type Options struct {
 	// turns LinearMulti and LinearSwiGLU into separate products
 	// (PARALLAX_VULKAN_GEMV=0).
 	NoGEMV bool
+	// Coop picks the cooperative-matrix (tensor-core) matmul kernel: ""
+	// or "auto" (matmul_coop on VK_NV_cooperative_matrix where the device
+	// offers it, else matmul_coop_khr on VK_KHR_cooperative_matrix), "nv"
+	// or "khr" (that one only, the scalar kernels where it cannot run) or
+	// "off" (the scalar kernels). The tensor-core attention kernels are
+	// NV-only: "khr" and "off" run the scalar attention kernels
+	// (PARALLAX_VULKAN_COOP). Read at open only: it chooses the device
+	// extensions.
+	Coop string
 }
 
 // Environment variables ParseOptions reads, in Options' field order.
@@ -65,6 +74,7 @@ const (
 	EnvNo16BitStorage  = "PARALLAX_VULKAN_NO16"
 	EnvPipelineStats   = "PARALLAX_VULKAN_PIPELINE_STATS"
 	EnvGEMV            = "PARALLAX_VULKAN_GEMV"
+	EnvCoop            = "PARALLAX_VULKAN_COOP"
 )
 
 // ParseOptions reads Options from the environment through getenv
@@ -82,6 +92,7 @@ func ParseOptions(getenv func(string) string) (Options, error) {
 		No16BitStorage:    e.Switch(EnvNo16BitStorage, "1", "0"),
 		PipelineStats:     e.Switch(EnvPipelineStats, "1", "0"),
 		NoGEMV:            e.Switch(EnvGEMV, "0", "1"),
+		Coop:              e.String(EnvCoop),
 	}
 	if e.Err != nil {
 		return o, fmt.Errorf("vulkan: %w", e.Err)
@@ -111,6 +122,11 @@ func (o Options) Validate() error {
 	default:
 		return fmt.Errorf("vulkan: decode key tile %d (%s): want 16, 32 or 64", o.DecodeKeyTile, EnvDecodeKeyTile)
 	}
+	switch o.Coop {
+	case "", "auto", "nv", "khr", "off":
+	default:
+		return fmt.Errorf("vulkan: cooperative-matrix path %q (%s): want auto, nv, khr or off", o.Coop, EnvCoop)
+	}
 	if o.DecodeSplits < 0 {
 		return fmt.Errorf("vulkan: decode splits %d (%s): want 0 (automatic) or more", o.DecodeSplits, EnvDecodeSplits)
 	}
@@ -120,18 +136,23 @@ func (o Options) Validate() error {
 // optionsFromEnv is what Devices and Open use.
 func optionsFromEnv() (Options, error) { return ParseOptions(os.Getenv) }
 
-// kernels describes the kernels a device runs under o, given whether its
-// NV cooperative-matrix kernels run (coop) and its subgroups are 32 wide
-// (the tensor-core attention kernels' requirement): DeviceInfo.Kernels.
-func (o Options) kernels(coop, sg32 bool) map[string]string {
+// kernels describes the kernels a device runs under o, given its
+// cooperative-matrix matmul path (mm) and whether its subgroups are 32
+// wide (the tensor-core attention kernels' requirement):
+// DeviceInfo.Kernels.
+func (o Options) kernels(mm matmulPath, sg32 bool) map[string]string {
+	coop := mm.kind == coopNV
 	tc := coop && sg32
 	m := map[string]string{
 		"matmul":             "matmul (scalar)",
 		"attention forward":  "attn_fwd (scalar)",
 		"attention backward": "attn_bwd_pre, then attn_dq + attn_dkv (scalar)",
 	}
-	if coop {
+	switch mm.kind {
+	case coopNV:
 		m["matmul"] = "matmul_coop (16-bit inputs) + matmul"
+	case coopKHR:
+		m["matmul"] = fmt.Sprintf("matmul_coop_khr (f16 inputs, %dx%dx%d fragments) + matmul", mm.shape.M, mm.shape.N, mm.shape.K)
 	}
 	m["linear int8"] = "qdequant + matmul"
 	if !o.NoGEMV {

@@ -210,8 +210,8 @@ typedef struct pxCoopMatStagesNV {
 } pxCoopMatStagesNV;
 _Static_assert(sizeof(pxCoopMatStagesNV) == 24, "VkPhysicalDeviceCooperativeMatrixPropertiesNV size");
 
-// VK_KHR_cooperative_matrix (reported; the shaders use the NV extension,
-// which the Debian 12 GLSL compiler supports).
+// VK_KHR_cooperative_matrix (matmul_coop_khr; the other tensor-core
+// kernels use the NV extension).
 typedef struct pxCoopMatFeaturesKHR {
 	int32_t sType;
 	void *pNext;
@@ -435,7 +435,7 @@ void px_query(pxGetInstanceProcAddr gipa, void *instance, void *pd, uint32_t api
 
 // pxEnable lists the features to switch on at device creation.
 typedef struct pxEnable {
-	int chain16Bit, chainFloat16, chainMemoryModel, chainCoopNV;
+	int chain16Bit, chainFloat16, chainMemoryModel, chainCoopNV, chainCoopKHR;
 	pxBool32 shaderFloat64, shaderInt16;
 	int chainExecStats; // VK_KHR_pipeline_executable_properties (diagnostics)
 } pxEnable;

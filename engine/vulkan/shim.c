@@ -219,6 +219,7 @@ typedef struct pxChain {
 	pxFloat16Int8Features f16;
 	pxMemoryModelFeatures mm;
 	pxCoopMatFeaturesNV cnv;
+	pxCoopMatFeaturesKHR ckhr;
 	struct {
 		uint32_t sType;
 		void *pNext;
@@ -253,6 +254,11 @@ void *px_feature_chain(const pxEnable *e) {
 		c->cnv.sType = PX_ST_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
 		c->cnv.cooperativeMatrix = 1;
 		chain_link(&c->f2.pNext, &c->cnv);
+	}
+	if (e->chainCoopKHR) {
+		c->ckhr.sType = PX_ST_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR;
+		c->ckhr.cooperativeMatrix = 1;
+		chain_link(&c->f2.pNext, &c->ckhr);
 	}
 	if (e->chainExecStats) {
 		c->eps.sType = 1000269000; // VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR

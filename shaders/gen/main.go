@@ -2,6 +2,11 @@
 // `go generate ./shaders` runs it in the shaders directory. With -check it
 // compiles into a temporary directory instead and exits with status 1 if
 // a committed .spv file is stale, missing or unexpected.
+//
+// The variants on GL_KHR_cooperative_matrix (build.Variant.KHR) are
+// compiled with the pinned compiler that .ci/fetch-glslc13.sh fetches
+// (build.KHRGlslc), the rest with the glslc on the PATH; both must be
+// present, for -check too.
 package main
 
 import (
@@ -27,8 +32,8 @@ func main() {
 		}
 		if len(stale)+len(extra) > 0 {
 			v, _ := build.GlslcVersion()
-			fmt.Fprintf(os.Stderr, "shaders: committed SPIR-V is out of date (compiled with %s): stale %s; unexpected %s\nrun: go generate ./shaders\n",
-				v, strings.Join(stale, ", "), strings.Join(extra, ", "))
+			fmt.Fprintf(os.Stderr, "shaders: committed SPIR-V is out of date (compiled with %s; the KHR variants with %s): stale %s; unexpected %s\nrun: go generate ./shaders\n",
+				v, build.KHRGlslcVersion, strings.Join(stale, ", "), strings.Join(extra, ", "))
 			os.Exit(1)
 		}
 		return

@@ -1,5 +1,6 @@
 // Package build compiles the GLSL sources of package shaders into SPIR-V
-// (glslc) and finds committed SPIR-V that no longer matches its sources.
+// (glslc; the KHR cooperative-matrix variants with a pinned newer glslc)
+// and finds committed SPIR-V that no longer matches its sources.
 package build
 
 // Variant is one SPIR-V module: a source file compiled with some defines.
@@ -8,6 +9,9 @@ type Variant struct {
 	Source  string   // Source.comp
 	Defines []string // -D options
 	Target  string   // glslc --target-env
+	// KHR marks a module on GL_KHR_cooperative_matrix: compiled with the
+	// pinned newer compiler (KHRGlslc), since the machine's glslc cannot.
+	KHR bool
 }
 
 // kernels are the portable compute kernels; each is compiled twice: with
@@ -57,6 +61,9 @@ var Variants = func() []Variant {
 		Variant{Name: "attn_decode.prefetch.no16", Source: "attn_decode", Defines: []string{"PX_PREFETCH", "PX_NO16"}, Target: "vulkan1.1"})
 	// The tensor-core matmul: GL_NV_cooperative_matrix, f16 inputs.
 	vs = append(vs, Variant{Name: "matmul_coop", Source: "matmul_coop", Target: "vulkan1.1"})
+	// ... and through GL_KHR_cooperative_matrix (AMD, Intel, lavapipe),
+	// the fragment shape a specialization constant.
+	vs = append(vs, Variant{Name: "matmul_coop_khr", Source: "matmul_coop_khr", Target: "vulkan1.1", KHR: true})
 	// Decode on tensor cores (up to 8 and up to 4 rows): K and V staged as
 	// 16-byte vectors, or as 16-bit elements (.sh16).
 	for _, k := range []string{"attn_decode_coop", "attn_decode_coop8"} {

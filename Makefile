@@ -37,16 +37,25 @@ setup:
 # compile test, which must then compile every module for sm_80 and sm_90a.
 NVRTC_DIR := $(CURDIR)/.ci/cache/nvrtc
 
+# .ci/cache/lvp-khr (fetched by setup): Mesa 26's lavapipe, which offers
+# VK_KHR_cooperative_matrix, and bin/vk-run to run a program on it; the
+# Vulkan tests rerun themselves under it to certify the KHR matmul kernel
+# (engine/vulkan/khr_matmul_test.go).
+KHR_RUN := $(CURDIR)/.ci/cache/lvp-khr/bin/vk-run
+
 test: setup fmt-check vet spirv-check
-	@if [ -e "$(NVRTC_DIR)/libnvrtc.so.12" ]; then \
-		echo "PARALLAX_CUDA_LIB_DIRS=$(NVRTC_DIR) PARALLAX_REQUIRE_NVRTC=1 $(GO) test ./..."; \
-		PARALLAX_CUDA_LIB_DIRS="$(NVRTC_DIR)" PARALLAX_REQUIRE_NVRTC=1 $(GO) test ./...; \
+	@khr=; if [ -x "$(KHR_RUN)" ]; then khr="PARALLAX_VULKAN_KHR_RUN=$(KHR_RUN)"; fi; \
+	if [ -e "$(NVRTC_DIR)/libnvrtc.so.12" ]; then \
+		echo "$$khr PARALLAX_CUDA_LIB_DIRS=$(NVRTC_DIR) PARALLAX_REQUIRE_NVRTC=1 $(GO) test ./..."; \
+		env $$khr PARALLAX_CUDA_LIB_DIRS="$(NVRTC_DIR)" PARALLAX_REQUIRE_NVRTC=1 $(GO) test ./...; \
 	else \
-		echo "$(GO) test ./..."; $(GO) test ./...; \
+		echo "$$khr $(GO) test ./..."; env $$khr $(GO) test ./...; \
 	fi
 
 # The committed SPIR-V (shaders/spv) must be what glslc makes of the
-# shaders' sources: recompile into a temporary directory and compare.
+# shaders' sources: recompile into a temporary directory and compare. The
+# KHR cooperative-matrix variants need the pinned glslc (shaderc 2025.2)
+# that setup fetches into .ci/cache/glslc13.
 spirv-check:
 	$(GO) run ./shaders/gen -dir shaders -check
 

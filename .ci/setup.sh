@@ -92,6 +92,23 @@ need_cmd tmux tmux || say "without it the chat terminal test is skipped"
 need_cmd chromium chromium || say "without it the chat page test is skipped"
 need_cmd xauth xauth
 
+# The KHR cooperative-matrix shaders (matmul_coop_khr) need a newer glslc
+# than Debian 12's: Debian 13's (shaderc 2025.2, the version their
+# committed SPIR-V was compiled with), as files in .ci/cache/glslc13, for
+# the SPIR-V check (make spirv-check) and go generate. And their kernel is
+# certified on Mesa 26's lavapipe (VK_KHR_cooperative_matrix, 8x8x8 f16),
+# as files in .ci/cache/lvp-khr: `make test` reruns the Vulkan tests under
+# its bin/vk-run. Both are downloaded once and kept; under
+# PARALLAX_REQUIRE_VULKAN=1 (CI) failing to fetch them is an error.
+khr_fetch() {
+	local script=$1 dir=$2 what=$3
+	bash "$script" "$dir" && return 0
+	say "could not fetch $what into $dir"
+	[[ ${PARALLAX_REQUIRE_VULKAN:-} != 1 ]] || exit 1
+}
+khr_fetch .ci/fetch-glslc13.sh .ci/cache/glslc13 "the KHR shaders' glslc (the SPIR-V check will fail)"
+khr_fetch .ci/fetch-lavapipe-khr.sh .ci/cache/lvp-khr "Mesa 26's lavapipe (the KHR matmul certification will skip)"
+
 # NVRTC 12 for the CUDA kernels' compile test (sm_80 and the Hopper sm_90a
 # kernels; no GPU needed), as files in .ci/cache/nvrtc: `make test` points
 # the test at them and then requires them (PARALLAX_REQUIRE_NVRTC=1).

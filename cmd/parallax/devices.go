@@ -17,7 +17,9 @@ Usage:
 Lists every compute backend built into this program, the devices each one
 finds on this machine (ID, name, kind, memory, dtypes, features, and the
 kernels each op family runs under the options the environment sets), or
-why a backend cannot run here. A device ID is what --device accepts elsewhere;
+why a backend cannot run here. A Vulkan device's "matmul path" says which
+kernel its f16 products take (NV or KHR cooperative matrices, or scalar)
+and why; PARALLAX_VULKAN_COOP=auto|nv|khr|off changes the choice. A device ID is what --device accepts elsewhere;
 "auto" picks CUDA first, then a discrete Vulkan GPU, then any Vulkan device,
 then the CPU.
 `

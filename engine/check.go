@@ -726,13 +726,27 @@ func CheckAdamW(own Owner, p, g, m, v *Tensor, o AdamWOpts) (int, error) {
 }
 
 // CheckMuonMomentum validates MuonMomentum and returns the element count.
-func CheckMuonMomentum(own Owner, u, m, g *Tensor) (int, error) {
+func CheckMuonMomentum(own Owner, u, m, g *Tensor, o MuonMomentumOpts) (int, error) {
 	const op = "muon momentum"
 	n, err := CheckElementwise(nil, op, []string{"u", "m", "g"}, u, m, g)
 	if err != nil {
 		return 0, err
 	}
+	if err := checkMuonMomentumOpts(op, o); err != nil {
+		return 0, err
+	}
 	return n, own.after(needDType(op, "m", m, F32), op, u, m, g)
+}
+
+// checkMuonMomentumOpts validates MuonMomentum's hyperparameters.
+func checkMuonMomentumOpts(op string, o MuonMomentumOpts) error {
+	if !(o.Beta >= 0 && o.Beta < 1) {
+		return argErr(op, "", "beta %v must lie in [0, 1)", o.Beta)
+	}
+	if s := o.GradScale; s != s || s < 0 || math.IsInf(float64(s), 0) {
+		return argErr(op, "", "gradient scale %v must be finite and >= 0", s)
+	}
+	return nil
 }
 
 // CheckFrobeniusNormalize validates FrobeniusNormalize and returns the

@@ -14,11 +14,12 @@ import (
 // MuonMomentum, KVAppend, Embedding and MuonApply elsewhere (the Vulkan
 // backend takes that path).
 type MuonMultiOps interface {
-	// MuonMomentumMany applies MuonMomentum to every (ms[i], gs[i]) and
-	// writes the direction to slot i of stack [n, rows, cols]:
-	// m_i = beta m_i + (1-beta) g_i, stack[i] = (1-beta) g_i + beta m_i
-	// (Nesterov) or m_i. len(ms) <= n; slots past len(ms) are untouched.
-	MuonMomentumMany(stack *Tensor, ms, gs []*Tensor, beta float32, nesterov bool) error
+	// MuonMomentumMany applies MuonMomentum with o to every (ms[i], gs[i])
+	// and writes the direction to slot i of stack [n, rows, cols]: with
+	// g'_i = fl(s g_i), s = o.Scale(), m_i = beta m_i + (1-beta) g'_i and
+	// stack[i] = (1-beta) g'_i + beta m_i (Nesterov) or m_i. len(ms) <= n;
+	// slots past len(ms) are untouched; the gradients are not changed.
+	MuonMomentumMany(stack *Tensor, ms, gs []*Tensor, o MuonMomentumOpts) error
 	// MuonApplyMany applies MuonApply(ps[i], stack[i], lr_i, wd,
 	// scales[i]) to every i, lr_i = lr * lrScales[i] rounded to f32 (lr
 	// where lrScales is nil): p_i = p_i (1 - lr_i wd) - lr_i scale_i
@@ -48,8 +49,8 @@ func checkStack(op string, stack *Tensor, n int) error {
 
 // CheckMuonMomentumMany validates MuonMomentumMany: stack is [n, rows,
 // cols] with n >= len(ms), and every (slot, ms[i], gs[i]) passes
-// CheckMuonMomentum. It returns the elements per matrix.
-func CheckMuonMomentumMany(stack *Tensor, ms, gs []*Tensor) (int, error) {
+// CheckMuonMomentum with o. It returns the elements per matrix.
+func CheckMuonMomentumMany(stack *Tensor, ms, gs []*Tensor, o MuonMomentumOpts) (int, error) {
 	const op = "muon momentum"
 	if len(gs) != len(ms) {
 		return 0, argErr(op, "tensors", "lists of %d momenta and %d gradients (want equal lengths)", len(ms), len(gs))
@@ -57,12 +58,15 @@ func CheckMuonMomentumMany(stack *Tensor, ms, gs []*Tensor) (int, error) {
 	if err := checkStack(op, stack, len(ms)); err != nil {
 		return 0, err
 	}
+	if err := checkMuonMomentumOpts(op, o); err != nil {
+		return 0, err
+	}
 	u := slotOf(stack)
 	for i := range ms {
 		if ms[i] == nil || gs[i] == nil {
 			return 0, argErr(op, fmt.Sprintf("matrix %d", i), "missing momentum or gradient")
 		}
-		if _, err := CheckMuonMomentum(nil, u, ms[i], gs[i]); err != nil {
+		if _, err := CheckMuonMomentum(nil, u, ms[i], gs[i], o); err != nil {
 			return 0, fmt.Errorf("matrix %d of %d: %w", i, len(ms), err)
 		}
 	}
@@ -203,14 +207,16 @@ func (s *MuonStack) generic() error {
 }
 
 // MuonMomentumAll updates the momentum of every matrix and writes its
-// direction into slot i of s: m_i = beta m_i + (1-beta) g_i, then
-// s[i] = (1-beta) g_i + beta m_i (Nesterov) or m_i, rounded to the stack's
-// dtype. ms[i] (F32) and gs[i] have the elements of one slot; len(ms) <=
-// s.Slots(). One launch on a device with MuonMultiOps; elsewhere
-// MuonMomentum into a scratch direction and a KVAppend into the stack per
-// matrix (MuonMomentum straight into a stack of one slot).
-func MuonMomentumAll(s *MuonStack, ms, gs []*Tensor, beta float32, nesterov bool) error {
-	if _, err := CheckMuonMomentumMany(s.x, ms, gs); err != nil {
+// direction into slot i of s: with the scaled gradient g'_i = fl(c g_i),
+// c = o.Scale() (gradient clipping's factor; exact when 1), m_i = beta m_i
+// + (1-beta) g'_i, then s[i] = (1-beta) g'_i + beta m_i (o.Nesterov) or
+// m_i, rounded to the stack's dtype; the gradients are not changed. ms[i]
+// (F32) and gs[i] have the elements of one slot; len(ms) <= s.Slots().
+// One launch on a device with MuonMultiOps; elsewhere MuonMomentum into a
+// scratch direction and a KVAppend into the stack per matrix (MuonMomentum
+// straight into a stack of one slot).
+func MuonMomentumAll(s *MuonStack, ms, gs []*Tensor, o MuonMomentumOpts) error {
+	if _, err := CheckMuonMomentumMany(s.x, ms, gs, o); err != nil {
 		return err
 	}
 	if len(ms) == 0 {
@@ -218,10 +224,10 @@ func MuonMomentumAll(s *MuonStack, ms, gs []*Tensor, beta float32, nesterov bool
 	}
 	dev := s.dev
 	if mt, ok := dev.(MuonMultiOps); ok {
-		return mt.MuonMomentumMany(s.x, ms, gs, beta, nesterov)
+		return mt.MuonMomentumMany(s.x, ms, gs, o)
 	}
 	if s.slots == 1 {
-		if err := dev.MuonMomentum(s.x, ms[0], gs[0], beta, nesterov); err != nil {
+		if err := dev.MuonMomentum(s.x, ms[0], gs[0], o); err != nil {
 			return fmt.Errorf("muon momentum: %w", err)
 		}
 		return nil
@@ -230,7 +236,7 @@ func MuonMomentumAll(s *MuonStack, ms, gs []*Tensor, beta float32, nesterov bool
 		return err
 	}
 	for i := range ms {
-		if err := dev.MuonMomentum(s.u, ms[i], gs[i], beta, nesterov); err != nil {
+		if err := dev.MuonMomentum(s.u, ms[i], gs[i], o); err != nil {
 			return fmt.Errorf("muon momentum of matrix %d of %d: %w", i, len(ms), err)
 		}
 		if err := dev.KVAppend(s.x4, s.u, i*s.rows); err != nil {

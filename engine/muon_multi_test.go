@@ -159,7 +159,7 @@ func TestMuonStackPathsAgree(t *testing.T) {
 						scales[i], lrScales[i] = 1+float32(i)/3, 1/float32(i+1)
 					}
 					for range 2 {
-						if err := engine.MuonMomentumAll(st, ms, gs, 0.95, true); err != nil {
+						if err := engine.MuonMomentumAll(st, ms, gs, engine.MuonMomentumOpts{Beta: 0.95, Nesterov: true, GradScale: 0.61}); err != nil {
 							t.Fatal(err)
 						}
 						if err := st.NewtonSchulz(5); err != nil {
@@ -197,10 +197,11 @@ func TestMuonStackArgs(t *testing.T) {
 	bad := upload(t, dev, engine.F32, make([]float32, 25), 25)
 	bf := upload(t, dev, engine.BF16, make([]float32, 24), 4, 6)
 	for name, err := range map[string]error{
-		"too many matrices": engine.MuonMomentumAll(st, []*engine.Tensor{m, m, m}, []*engine.Tensor{m, m, m}, 0.9, false),
-		"lists differ":      engine.MuonMomentumAll(st, []*engine.Tensor{m}, nil, 0.9, false),
-		"wrong size":        engine.MuonMomentumAll(st, []*engine.Tensor{bad}, []*engine.Tensor{m}, 0.9, false),
-		"bf16 momentum":     engine.MuonMomentumAll(st, []*engine.Tensor{bf}, []*engine.Tensor{m}, 0.9, false),
+		"too many matrices": engine.MuonMomentumAll(st, []*engine.Tensor{m, m, m}, []*engine.Tensor{m, m, m}, engine.MuonMomentumOpts{Beta: 0.9}),
+		"lists differ":      engine.MuonMomentumAll(st, []*engine.Tensor{m}, nil, engine.MuonMomentumOpts{Beta: 0.9}),
+		"wrong size":        engine.MuonMomentumAll(st, []*engine.Tensor{bad}, []*engine.Tensor{m}, engine.MuonMomentumOpts{Beta: 0.9}),
+		"bf16 momentum":     engine.MuonMomentumAll(st, []*engine.Tensor{bf}, []*engine.Tensor{m}, engine.MuonMomentumOpts{Beta: 0.9}),
+		"negative scale":    engine.MuonMomentumAll(st, []*engine.Tensor{m}, []*engine.Tensor{m}, engine.MuonMomentumOpts{Beta: 0.9, GradScale: -1}),
 		"scales missing":    engine.MuonApplyAll(st, []*engine.Tensor{m}, 0.1, 0, nil, nil),
 		"lr scales short":   engine.MuonApplyAll(st, []*engine.Tensor{m, m}, 0.1, 0, []float32{1}, []float32{1, 1}),
 		"apply wrong size":  engine.MuonApplyAll(st, []*engine.Tensor{bad}, 0.1, 0, nil, []float32{1}),

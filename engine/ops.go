@@ -170,10 +170,12 @@ type Ops interface {
 	// p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 	// p -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps). m and v are F32.
 	AdamW(p, g, m, v *Tensor, o AdamWOpts) error
-	// MuonMomentum updates the momentum m = beta m + (1-beta) g and writes
-	// the direction to orthogonalise: u = (1-beta) g + beta m (Nesterov) or
-	// u = m.
-	MuonMomentum(u, m, g *Tensor, beta float32, nesterov bool) error
+	// MuonMomentum updates the momentum with the scaled gradient
+	// g' = fl(s g), s = o.Scale() (exact when 1), and writes the direction
+	// to orthogonalise: m = beta m + (1-beta) g', then u = (1-beta) g' +
+	// beta m (o.Nesterov) or u = m, with beta = o.Beta. m is F32; g is not
+	// changed.
+	MuonMomentum(u, m, g *Tensor, o MuonMomentumOpts) error
 	// FrobeniusNormalize writes out = x / (||x||_F + eps), the norm taken per
 	// matrix over the last two dimensions. out may alias x.
 	FrobeniusNormalize(out, x *Tensor, eps float32) error
@@ -357,6 +359,27 @@ type AdamWOpts struct {
 // Scale is the gradient scale the update applies: GradScale, or 1 when
 // it is 0.
 func (o AdamWOpts) Scale() float32 {
+	if o.GradScale == 0 {
+		return 1
+	}
+	return o.GradScale
+}
+
+// MuonMomentumOpts are MuonMomentum's hyperparameters for one step.
+type MuonMomentumOpts struct {
+	Beta     float32 // the momentum's EMA coefficient, in [0, 1)
+	Nesterov bool    // the direction is (1-beta) g' + beta m rather than m
+	// GradScale multiplies the gradient before the update, the product
+	// rounded to f32 (g' = fl(s g), what a separate in-place scaling of an
+	// f32 gradient would store): gradient clipping's factor, applied here
+	// so that it costs no pass over the gradients of its own. The
+	// gradient tensor is not changed. 0 means 1.
+	GradScale float32
+}
+
+// Scale is the gradient scale the update applies: GradScale, or 1 when
+// it is 0.
+func (o MuonMomentumOpts) Scale() float32 {
 	if o.GradScale == 0 {
 		return 1
 	}

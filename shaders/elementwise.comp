@@ -11,7 +11,7 @@ layout(constant_id = 1) const uint OP = 0;
 #define OP_SWIGLU 1u       // t0 = silu(t1) t2
 #define OP_SWIGLU_BWD 2u   // t0 = dGate, t1 = dUp of t2 = dOut, t3 = gate, t4 = up
 #define OP_ADAMW 3u        // t0 = p, t1 = g, t2 = m, t3 = v, per = scale bits (see below)
-#define OP_MUON_MOM 4u     // t0 = u, t1 = m, t2 = g; c0 = beta, flag = nesterov
+#define OP_MUON_MOM 4u     // t0 = u, t1 = m, t2 = g; c0 = beta, c1 = grad scale, flag = nesterov
 #define OP_MUON_APPLY 5u   // t0 = p, t1 = o: p = c0 p - c1 o
 #define OP_SCALE_BLOCKS 6u // t0 = t1 * t2[i / per] (t2: f32 factors)
 
@@ -54,7 +54,8 @@ void main() {
 			t3_st(i, v);
 			t0_st(i, t0_ld(i) * pc.c0 - pc.c3 * m / (sqrt(v) / pc.c4 + pc.c5));
 		} else if (OP == OP_MUON_MOM) {
-			float g = t2_ld(i);
+			// c1 scales the gradient (clipping's factor, 1 when none).
+			float g = pc.c1 * t2_ld(i);
 			float m = pc.c0 * t1_ld(i) + (1.0 - pc.c0) * g;
 			t1_st(i, m);
 			t0_st(i, pc.flag != 0u ? (1.0 - pc.c0) * g + pc.c0 * m : m);

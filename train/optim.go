@@ -331,23 +331,15 @@ func (o *Optimizer) Groups() string {
 func (o *Optimizer) Step(lrFactor float64) error { return o.StepScaled(lrFactor, 1) }
 
 // StepScaled is Step on the gradients multiplied by gradScale (gradient
-// clipping's factor), as ScaleGrads then Step would compute it: the AdamW
-// groups fold the factor into their update (engine.AdamWOpts.GradScale),
-// which saves a read and a write of those gradients; Muon's matrices are
-// scaled in place first.
+// clipping's factor), as ScaleGrads then Step would compute it, bit for
+// bit: the AdamW groups fold the factor into their update
+// (engine.AdamWOpts.GradScale) and Muon into its momentum
+// (engine.MuonMomentumOpts.GradScale), which saves a read and a write of
+// every gradient. The gradients are not changed.
 func (o *Optimizer) StepScaled(lrFactor, gradScale float64) error {
 	// Muon's scratch first: failing to allocate it updates nothing.
 	if err := o.buildNS(); err != nil {
 		return fmt.Errorf("muon: %w", err)
-	}
-	if gradScale != 1 {
-		var mg []*engine.Tensor
-		for _, b := range o.nsBatches {
-			mg = append(mg, b.gs...)
-		}
-		if err := engine.ScaleAll(o.dev, mg, float32(gradScale)); err != nil {
-			return fmt.Errorf("muon: scale grads: %w", err)
-		}
 	}
 	o.step++
 	a := o.cfg.AdamW
@@ -383,19 +375,21 @@ func (o *Optimizer) StepScaled(lrFactor, gradScale float64) error {
 	}
 	lr := float32(o.cfg.Muon.LR * lrFactor)
 	for _, b := range o.nsBatches {
-		if err := o.muonStep(b, lr); err != nil {
+		if err := o.muonStep(b, lr, float32(gradScale)); err != nil {
 			return err
 		}
 	}
 	return o.syncParams()
 }
 
-// muonStep applies Muon to the matrices of one batch: momentum into the
-// stack, Newton-Schulz on it, the update out of it (matrix i's learning
-// rate is lr * its multiplier, rounded to f32).
-func (o *Optimizer) muonStep(b *nsBatch, lr float32) error {
+// muonStep applies Muon to the matrices of one batch: momentum of the
+// gradients scaled by gradScale into the stack, Newton-Schulz on it, the
+// update out of it (matrix i's learning rate is lr * its multiplier,
+// rounded to f32).
+func (o *Optimizer) muonStep(b *nsBatch, lr, gradScale float32) error {
 	mc, st := o.cfg.Muon, b.shape.stack
-	if err := engine.MuonMomentumAll(st, b.ms, b.gs, float32(mc.Momentum), mc.Nesterov); err != nil {
+	mo := engine.MuonMomentumOpts{Beta: float32(mc.Momentum), Nesterov: mc.Nesterov, GradScale: gradScale}
+	if err := engine.MuonMomentumAll(st, b.ms, b.gs, mo); err != nil {
 		return fmt.Errorf("muon %s: %w", b.names(), err)
 	}
 	if err := st.NewtonSchulz(mc.NSSteps); err != nil {

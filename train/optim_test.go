@@ -782,3 +782,95 @@ func TestStableRank(t *testing.T) {
 		t.Error("zero matrix")
 	}
 }
+
+// TestStepScaledEqualsScaleThenStep checks that StepScaled, which folds the
+// clip factor into AdamW's update and Muon's momentum, gives bit for bit
+// the parameters and state of ScaleGrads followed by Step, and leaves the
+// gradients as they were.
+func TestStepScaledEqualsScaleThenStep(t *testing.T) {
+	type spec struct {
+		name  string
+		kind  model.ParamKind
+		shape []int
+	}
+	specs := []spec{
+		{"embed", model.Embedding, []int{40, 16}},
+		{"q", model.Matrix, []int{16, 16}},
+		{"k", model.Matrix, []int{8, 16}},
+		{"up", model.Matrix, []int{32, 16}},
+		{"norm", model.Gain, []int{16}},
+	}
+	for _, tc := range []struct {
+		optim string
+		scale float64
+	}{{OptMuon, 0.37}, {OptMuon, 1}, {OptAdamW, 0.61}} {
+		t.Run(fmt.Sprintf("%s-scale%g", tc.optim, tc.scale), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(5, 6))
+			var init, grads [][]float32
+			for _, s := range specs {
+				n := engine.Shape(s.shape).Numel()
+				init, grads = append(init, randVals(rng, n, 0.1)), append(grads, randVals(rng, n, 1))
+			}
+			// run applies two steps, folded or not, and returns the parameters,
+			// the optimizer state and the gradients afterwards.
+			run := func(folded bool) (ws, state map[string][]float32, gs [][]float32) {
+				dev := cpu.New()
+				var ps []*model.Param
+				for i, s := range specs {
+					ps = append(ps, newParam(t, dev, s.name, s.kind, init[i], s.shape...))
+				}
+				o, err := NewOptimizer(dev, ps, DefaultOptimConfig(tc.optim))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer o.Free()
+				for range 2 {
+					for i, p := range ps {
+						if err := engine.WriteFloat32(p.G, grads[i]); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if folded {
+						err = o.StepScaled(0.5, tc.scale)
+					} else if err = ScaleGrads(dev, ps, tc.scale); err == nil {
+						err = o.Step(0.5)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				ws, state = map[string][]float32{}, map[string][]float32{}
+				for _, p := range ps {
+					ws[p.Name] = read(t, p.W)
+					gs = append(gs, read(t, p.G))
+				}
+				for n, s := range o.State() {
+					state[n] = read(t, s)
+				}
+				return ws, state, gs
+			}
+			wantW, wantS, _ := run(false)
+			gotW, gotS, gotG := run(true)
+			same := func(what string, got, want map[string][]float32) {
+				for n, w := range want {
+					for j := range w {
+						if math.Float32bits(got[n][j]) != math.Float32bits(w[j]) {
+							t.Errorf("%s %s[%d]: %v folded, %v scaled first", what, n, j, got[n][j], w[j])
+							break
+						}
+					}
+				}
+			}
+			same("weights", gotW, wantW)
+			same("state", gotS, wantS)
+			for i, g := range gotG {
+				for j := range g {
+					if g[j] != grads[i][j] {
+						t.Errorf("gradient of %s changed by the step", specs[i].name)
+						break
+					}
+				}
+			}
+		})
+	}
+}

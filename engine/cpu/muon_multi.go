@@ -23,15 +23,15 @@ func (d *Device) slot(stack *engine.Tensor, i int) *engine.Tensor {
 // MuonMomentumMany runs MuonMomentum for every matrix straight into its
 // slot of stack (the same arithmetic, bit for bit); see
 // engine.MuonMultiOps.
-func (d *Device) MuonMomentumMany(stack *engine.Tensor, ms, gs []*engine.Tensor, beta float32, nesterov bool) error {
-	if _, err := engine.CheckMuonMomentumMany(stack, ms, gs); err != nil {
+func (d *Device) MuonMomentumMany(stack *engine.Tensor, ms, gs []*engine.Tensor, o engine.MuonMomentumOpts) error {
+	if _, err := engine.CheckMuonMomentumMany(stack, ms, gs, o); err != nil {
 		return err
 	}
 	if err := d.own("muon momentum", stack); err != nil {
 		return err
 	}
 	for i := range ms {
-		if err := d.MuonMomentum(d.slot(stack, i), ms[i], gs[i], beta, nesterov); err != nil {
+		if err := d.MuonMomentum(d.slot(stack, i), ms[i], gs[i], o); err != nil {
 			return fmt.Errorf("matrix %d of %d: %w", i, len(ms), err)
 		}
 	}

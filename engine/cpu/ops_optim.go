@@ -41,15 +41,17 @@ func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
 	return nil
 }
 
-// MuonMomentum updates m = beta m + (1-beta) g and writes u = (1-beta) g +
-// beta m (Nesterov) or u = m; see engine.Ops.
-func (d *Device) MuonMomentum(u, m, g *engine.Tensor, beta float32, nesterov bool) error {
-	n, err := engine.CheckMuonMomentum(d.own, u, m, g)
+// MuonMomentum updates m = beta m + (1-beta) g' and writes u = (1-beta) g'
+// + beta m (Nesterov) or u = m, in f32, where g' = fl(s g) is the gradient
+// scaled by o.Scale(); see engine.Ops.
+func (d *Device) MuonMomentum(u, m, g *engine.Tensor, o engine.MuonMomentumOpts) error {
+	n, err := engine.CheckMuonMomentum(d.own, u, m, g, o)
 	if err != nil {
 		return err
 	}
 	uv, gv := viewOf(u), viewOf(g)
 	ms := m.Storage().([]float32)
+	beta, nesterov, gs := o.Beta, o.Nesterov, o.Scale()
 	c := 1 - beta
 	d.eachBlock(n, 2, func(lo, hi int, buf [][ewBlock]float32) {
 		gr := gv.read(buf[0][:], lo, hi)
@@ -57,6 +59,9 @@ func (d *Device) MuonMomentum(u, m, g *engine.Tensor, beta float32, nesterov boo
 		mrow := ms[lo:hi]
 		mrow, ur = mrow[:len(gr)], ur[:len(gr)]
 		for i, x := range gr {
+			// The scaled gradient is stored to f32 first (float32() keeps Go
+			// from fusing it into the next line's multiply-adds).
+			x = float32(gs * x)
 			mi := beta*mrow[i] + c*x
 			mrow[i] = mi
 			if nesterov {

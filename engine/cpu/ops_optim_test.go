@@ -64,14 +64,22 @@ func TestMuonOps(t *testing.T) {
 				const batch, rows, cols = 3, 40, 70
 				n := batch * rows * cols
 				mv, gv := enginetest.Normal(rng, engine.F32, n, 0.1), enginetest.Normal(rng, dt, n, 1)
-				for _, nesterov := range []bool{true, false} {
+				for _, o := range []engine.MuonMomentumOpts{
+					{Beta: 0.95, Nesterov: true}, {Beta: 0.95}, {Beta: 0.95, Nesterov: true, GradScale: 0.37},
+				} {
 					m, g, u := up(t, d, engine.F32, mv, n), up(t, d, dt, gv, n), alloc(t, d, dt, n)
-					if err := d.MuonMomentum(u, m, g, 0.95, nesterov); err != nil {
+					if err := d.MuonMomentum(u, m, g, o); err != nil {
 						t.Fatal(err)
 					}
-					wu, wm := ref.MuonMomentum(mv, gv, 0.95, nesterov)
-					near(t, fmt.Sprintf("u nesterov=%v", nesterov), down(t, u), wu, tolFor(dt, 4))
-					near(t, fmt.Sprintf("m nesterov=%v", nesterov), down(t, m), wm, tolFor(engine.F32, 4))
+					sg := make([]float64, n)
+					for i, x := range gv {
+						sg[i] = float64(o.Scale() * float32(x))
+					}
+					wu, wm := ref.MuonMomentum(mv, sg, float64(o.Beta), o.Nesterov)
+					name := fmt.Sprintf("nesterov=%v scale %g", o.Nesterov, o.Scale())
+					near(t, "u "+name, down(t, u), wu, tolFor(dt, 4))
+					near(t, "m "+name, down(t, m), wm, tolFor(engine.F32, 4))
+					near(t, "g unchanged "+name, down(t, g), gv, 0)
 				}
 
 				x, out := up(t, d, dt, gv, batch, rows, cols), alloc(t, d, dt, batch, rows, cols)
@@ -96,7 +104,7 @@ func TestMuonOps(t *testing.T) {
 	}
 	d := New()
 	f := func(dt engine.DType, s ...int) *engine.Tensor { return alloc(t, d, dt, s...) }
-	wantArgError(t, "momentum bf16 m", d.MuonMomentum(f(engine.F32, 4), f(engine.BF16, 4), f(engine.F32, 4), 0.9, true), "muon momentum")
+	wantArgError(t, "momentum bf16 m", d.MuonMomentum(f(engine.F32, 4), f(engine.BF16, 4), f(engine.F32, 4), engine.MuonMomentumOpts{Beta: 0.9, Nesterov: true}), "muon momentum")
 	wantArgError(t, "normalize rank 1", d.FrobeniusNormalize(f(engine.F32, 4), f(engine.F32, 4), 1e-7), "frobenius normalize")
 	wantArgError(t, "normalize shape", d.FrobeniusNormalize(f(engine.F32, 4, 2), f(engine.F32, 2, 4), 1e-7), "frobenius normalize")
 	wantArgError(t, "apply counts", d.MuonApply(f(engine.F32, 4), f(engine.F32, 3), 1, 0, 1), "muon apply")

@@ -86,9 +86,9 @@ func slotPtr(stack *engine.Tensor, i int) uint64 {
 }
 
 // MuonMomentumMany runs MuonMomentum for every matrix into its slot of
-// stack in one launch (muon_mt_momentum: muon_momentum's arithmetic).
-func (d *Device) MuonMomentumMany(stack *engine.Tensor, ms, gs []*engine.Tensor, beta float32, nesterov bool) error {
-	per, err := engine.CheckMuonMomentumMany(stack, ms, gs)
+// stack in one launch (muon_mt_momentum).
+func (d *Device) MuonMomentumMany(stack *engine.Tensor, ms, gs []*engine.Tensor, o engine.MuonMomentumOpts) error {
+	per, err := engine.CheckMuonMomentumMany(stack, ms, gs, o)
 	if err != nil {
 		return err
 	}
@@ -105,15 +105,36 @@ func (d *Device) MuonMomentumMany(stack *engine.Tensor, ms, gs []*engine.Tensor,
 		}
 		es[i] = muonEntry{p: [4]uint64{slotPtr(stack, i), ptr(gs[i]), ptr(ms[i])}, n: per, dt: [2]int{dt(stack), dt(gs[i])}}
 	}
-	nest := 0
-	if nesterov {
-		nest = 1
-	}
 	wide := wide8(stack)
 	for i := range ms {
 		wide = wide && wide8(ms[i], gs[i])
 	}
-	return d.muonLaunch("muon_mt_momentum", es, wide && per%8 == 0, func(a *args) { a.f(beta).i(nest) })
+	return d.muonMomentum(es, wide && per%8 == 0, o)
+}
+
+// MuonMomentum updates m and writes the direction u: muon_mt_momentum over
+// a table of one matrix, so that a matrix's momentum is the same bits
+// alone or in a stack.
+func (d *Device) MuonMomentum(u, m, g *engine.Tensor, o engine.MuonMomentumOpts) error {
+	n, err := engine.CheckMuonMomentum(d.own, u, m, g, o)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	e := muonEntry{p: [4]uint64{ptr(u), ptr(g), ptr(m)}, n: n, dt: [2]int{dt(u), dt(g)}}
+	return d.muonMomentum([]muonEntry{e}, wide8(u, m, g), o)
+}
+
+// muonMomentum launches muon_mt_momentum (its 16-byte form with wide) over
+// es.
+func (d *Device) muonMomentum(es []muonEntry, wide bool, o engine.MuonMomentumOpts) error {
+	nest := 0
+	if o.Nesterov {
+		nest = 1
+	}
+	return d.muonLaunch("muon_mt_momentum", es, wide, func(a *args) { a.f(o.Beta).i(nest).f(o.Scale()) })
 }
 
 // MuonApplyMany runs MuonApply for every parameter from its slot of stack

@@ -512,20 +512,6 @@ func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
 	return d.launch(ew, "adamw", grid1(int64(n)), threads256, 0, a)
 }
 
-// MuonMomentum updates m and writes the direction u.
-func (d *Device) MuonMomentum(u, m, g *engine.Tensor, beta float32, nesterov bool) error {
-	n, err := engine.CheckMuonMomentum(d.own, u, m, g)
-	if err != nil {
-		return err
-	}
-	nest := 0
-	if nesterov {
-		nest = 1
-	}
-	return d.launch(ew, "muon_momentum", grid1(int64(n)), threads256, 0,
-		newArgs().p(ptr(u)).i(dt(u)).p(ptr(m)).p(ptr(g)).i(dt(g)).l(int64(n)).f(beta).i(nest))
-}
-
 // FrobeniusNormalize writes x / (||x||_F + eps) per matrix.
 func (d *Device) FrobeniusNormalize(out, x *engine.Tensor, eps float32) error {
 	batch, per, err := engine.CheckFrobeniusNormalize(d.own, out, x)

@@ -146,7 +146,13 @@ var badArgs = []badArg{
 		return engine.AdamWAll(dev, p, p, m, m, engine.AdamWOpts{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1})
 	}},
 	{"muon momentum", "a momentum that is not f32", func(dev engine.Device, ts *Tensors, dt engine.DType) error {
-		return dev.MuonMomentum(ts.New(dt, 4), ts.New(engine.F16, 4), ts.New(dt, 4), 0.95, true)
+		return dev.MuonMomentum(ts.New(dt, 4), ts.New(engine.F16, 4), ts.New(dt, 4), engine.MuonMomentumOpts{Beta: 0.95, Nesterov: true})
+	}},
+	{"muon momentum", "a negative gradient scale", func(dev engine.Device, ts *Tensors, dt engine.DType) error {
+		return dev.MuonMomentum(ts.New(dt, 4), ts.New(engine.F32, 4), ts.New(dt, 4), engine.MuonMomentumOpts{Beta: 0.95, GradScale: -0.5})
+	}},
+	{"muon momentum", "a beta of 1", func(dev engine.Device, ts *Tensors, dt engine.DType) error {
+		return dev.MuonMomentum(ts.New(dt, 4), ts.New(engine.F32, 4), ts.New(dt, 4), engine.MuonMomentumOpts{Beta: 1})
 	}},
 	{"frobenius normalize", "a vector", func(dev engine.Device, ts *Tensors, dt engine.DType) error {
 		return dev.FrobeniusNormalize(ts.New(dt, 6), ts.New(dt, 6), 1e-7)

@@ -40,8 +40,8 @@ func muonStackCases(o Options, dt engine.DType) []Case {
 		return st, nil
 	}
 	var cs []Case
-	for _, nesterov := range []bool{true, false} {
-		cs = append(cs, Case{Op: "muon stack momentum", Name: fmt.Sprintf("2 of %d slots [%d,%d], beta 0.95, nesterov=%v", slots, rows, cols, nesterov), DType: dt,
+	for _, mo := range muonMomentumOpts {
+		cs = append(cs, Case{Op: "muon stack momentum", Name: fmt.Sprintf("2 of %d slots [%d,%d], %s", slots, rows, cols, muonMomentumName(mo)), DType: dt,
 			Run: func(dev engine.Device, rng *rand.Rand) ([]Metric, error) {
 				ts := NewTensors(dev)
 				defer ts.Free()
@@ -59,12 +59,13 @@ func muonStackCases(o Options, dt engine.DType) []Case {
 				}
 				defer st.Free()
 				var c opMetrics
-				c.do(engine.MuonMomentumAll(st, ms, gs, 0.95, nesterov))
+				c.do(engine.MuonMomentumAll(st, ms, gs, mo))
 				want := append([]float64(nil), init...)
 				for i := range ms {
-					wu, wm := ref.MuonMomentum(mv[i], gv[i], 0.95, nesterov)
+					wu, wm := ref.MuonMomentum(mv[i], muonScaledGrad(gv[i], mo), float64(mo.Beta), mo.Nesterov)
 					copy(want[i*per:], wu)
 					c.cmp(fmt.Sprintf("m%d", i), ms[i], wm, Tol(engine.F32, 4))
+					c.cmp(fmt.Sprintf("g%d (unchanged)", i), gs[i], gv[i], 0)
 				}
 				c.cmp("stack", st.X(), want, Tol(dt, 4))
 				return c.result()

@@ -808,6 +808,32 @@ func padErr(g []float64, w, c int) float64 {
 
 // ---- optimizers ----
 
+// muonMomentumOpts are the momentum settings the Muon cases run: both
+// directions unscaled, and each with a clip-like gradient scale.
+var muonMomentumOpts = []engine.MuonMomentumOpts{
+	{Beta: 0.95, Nesterov: true},
+	{Beta: 0.95, Nesterov: false},
+	{Beta: 0.95, Nesterov: true, GradScale: 0.37},
+	{Beta: 0.95, Nesterov: false, GradScale: 0.61},
+}
+
+// muonMomentumName names a momentum setting in a case's name.
+func muonMomentumName(o engine.MuonMomentumOpts) string {
+	return fmt.Sprintf("beta %g, nesterov=%v, grad scale %g", o.Beta, o.Nesterov, o.Scale())
+}
+
+// muonScaledGrad is the gradient MuonMomentum with o uses: g scaled by
+// o.Scale() and rounded to f32 (engine.MuonMomentumOpts.GradScale), exact
+// when the scale is 1.
+func muonScaledGrad(g []float64, o engine.MuonMomentumOpts) []float64 {
+	s := o.Scale()
+	out := make([]float64, len(g))
+	for i, x := range g {
+		out[i] = float64(s * float32(x))
+	}
+	return out
+}
+
 // scaledGrad is the gradient AdamW with o uses: g scaled by o.Scale() and
 // rounded to f32 (engine.AdamWOpts.GradScale), exact when the scale is 1.
 func scaledGrad(g []float64, o engine.AdamWOpts) []float64 {
@@ -854,8 +880,8 @@ func optimizerCases(o Options, dt engine.DType) []Case {
 				return c.result()
 			}})
 	}
-	for _, nesterov := range []bool{true, false} {
-		cs = append(cs, Case{Op: "muon momentum", Name: fmt.Sprintf("n %d, beta 0.95, nesterov=%v", n, nesterov), DType: dt,
+	for _, mo := range muonMomentumOpts {
+		cs = append(cs, Case{Op: "muon momentum", Name: fmt.Sprintf("n %d, %s", n, muonMomentumName(mo)), DType: dt,
 			Run: func(dev engine.Device, rng *rand.Rand) ([]Metric, error) {
 				ts := NewTensors(dev)
 				defer ts.Free()
@@ -865,10 +891,11 @@ func optimizerCases(o Options, dt engine.DType) []Case {
 					return nil, err
 				}
 				var c opMetrics
-				c.do(dev.MuonMomentum(u, m, g, 0.95, nesterov))
-				wu, wm := ref.MuonMomentum(mv, gv, 0.95, nesterov)
+				c.do(dev.MuonMomentum(u, m, g, mo))
+				wu, wm := ref.MuonMomentum(mv, muonScaledGrad(gv, mo), float64(mo.Beta), mo.Nesterov)
 				c.cmp("u", u, wu, Tol(dt, 4))
 				c.cmp("m", m, wm, Tol(engine.F32, 4))
+				c.cmp("g (unchanged)", g, gv, 0)
 				return c.result()
 			}})
 	}

@@ -75,13 +75,14 @@ func (d *Device) AdamW(p, g, m, v *engine.Tensor, o engine.AdamWOpts) error {
 	return d.elementwise(ewAdamW, n, int(math.Float32bits(o.Scale())), false, c, out(p), in(g), out(m), out(v))
 }
 
-// MuonMomentum updates m and writes the direction u; see engine.Ops.
-func (d *Device) MuonMomentum(u, m, g *engine.Tensor, beta float32, nesterov bool) error {
-	n, err := engine.CheckMuonMomentum(d.own, u, m, g)
+// MuonMomentum updates m and writes the direction u from the gradient
+// scaled by o.Scale(); see engine.Ops.
+func (d *Device) MuonMomentum(u, m, g *engine.Tensor, o engine.MuonMomentumOpts) error {
+	n, err := engine.CheckMuonMomentum(d.own, u, m, g, o)
 	if err != nil {
 		return err
 	}
-	return d.elementwise(ewMuonMom, n, 1, nesterov, [6]float32{beta}, out(u), out(m), in(g))
+	return d.elementwise(ewMuonMom, n, 1, o.Nesterov, [6]float32{o.Beta, o.Scale()}, out(u), out(m), in(g))
 }
 
 // MuonApply updates p = p (1 - lr wd) - lr scale o; see engine.Ops.

@@ -615,11 +615,7 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 	const int uLo = window > 0 ? max(0, n - Lq + 1 - window) : 0;
 	const int total = n - uLo;
 	const int per = ((total + splits - 1) / splits + DEC_KEYS - 1) / DEC_KEYS * DEC_KEYS;
-	// Keys past the block's last visible one (its rows' largest query
-	// index, the causal limit) are skipped: the first tokens of a long
-	// chunk do not stream the keys only the later ones see.
-	const int r1 = row0 + nrowsB - 1, maxqi = r1 / Lq == row0 / Lq ? r1 % Lq : Lq - 1;
-	const int c0 = uLo + split * per, c1 = min(min(n, c0 + per), n - Lq + 1 + maxqi);
+	const int c0 = uLo + split * per, c1 = min(n, c0 + per);
 	const int nst = c1 > c0 ? (c1 - c0 + DEC_KEYS - 1) / DEC_KEYS : 0;
 
 	auto load = [&](int stg, int buf) {

@@ -532,26 +532,25 @@ func (d *Device) DecodeAttention(a engine.DecodeArgs) error {
 	}
 	tiles := decodeTiles(dims.G, Lq)
 	if allBF16(a.Q, a.R, a.KCache, a.VCache, a.O) && (D == 16 || mmaD(D)) && tiles <= env.maxTiles() {
-		p, rw, err := planDecodeTiles(decodeGPU{sms: d.g.sms, smemOptin: d.g.smemOptin, minKeys: d.opts.DecodeSplitKeys},
-			B*Hkv, tiles, dims.Cap, D, a.Splits, env)
+		p, err := planDecode(decodeGPU{sms: d.g.sms, smemOptin: d.g.smemOptin, minKeys: d.opts.DecodeSplitKeys},
+			B*Hkv*tiles, dims.Cap, D, a.Splits, env)
 		if err != nil {
 			return err
 		}
 		if env.report {
-			reportDecode(p, rw, B, Hkv, dims.G, Lq, dims.Cap, D, px)
+			reportDecode(p, B, Hkv, dims.G, Lq, dims.Cap, D, px)
 		}
-		// The kernel counts blocks of rw tiles as its tiles.
-		splits, btiles := p.splits, (tiles+rw-1)/rw
+		splits := p.splits
 		pst := 24 + 16*D
 		pp, cp := uint64(0), uint64(0)
 		if splits > 1 {
-			if pp, cp, err = d.decodeScratch(B*Hkv*btiles*splits*rw*pst, B*Hkv*btiles); err != nil {
+			if pp, cp, err = d.decodeScratch(B*Hkv*tiles*splits*pst, B*Hkv*tiles); err != nil {
 				return err
 			}
 		}
-		return d.launch(mmaMod, decodeKernel(D, p.stages, rw, px), [3]int{splits * btiles, Hkv, B}, threads128, decodeSmemRows(D, p.stages, rw),
+		return d.launch(mmaMod, decodeKernel(D, p.stages, px), [3]int{splits * tiles, Hkv, B}, threads128, decodeSmem(D, p.stages),
 			newArgs().p(ptr(a.Q)).p(ptr(a.R)).p(ptr(a.KCache)).p(ptr(a.VCache)).p(ptr(a.O)).p(ptr(a.Lens)).
-				i(Hq).i(Hkv).i(Lq).i(dims.Cap).f(dims.Scale).i(dims.Window).i(splits).i(btiles).p(pp).p(cp).p(d.errBuf.ptr))
+				i(Hq).i(Hkv).i(Lq).i(dims.Cap).f(dims.Scale).i(dims.Window).i(splits).i(tiles).p(pp).p(cp).p(d.errBuf.ptr))
 	}
 	// The SIMT path streams each row's keys in one pass; splitting only
 	// changes rounding, so Splits is not needed there.

@@ -33,16 +33,7 @@ const (
 	// SIMT kernel. 1 is the rule before tiling (G*Lq <= 8 only), kept to
 	// measure the tiles against it.
 	EnvDecodeTiles = "PARALLAX_CUDA_DECODE_TILES"
-	// EnvDecodeBlockTiles forces the tiles a block holds: 1 (the warps
-	// share each stage's keys) or 4 (a tile a warp, the keys read once for
-	// four tiles); unset, groups of at least minBlockTiles4 tiles take 4.
-	EnvDecodeBlockTiles = "PARALLAX_CUDA_DECODE_BLOCK_TILES"
 )
-
-// minBlockTiles4 is the fewest row tiles for which a group's blocks hold
-// four tiles each: below it most of such a block's warps would have no
-// rows.
-const minBlockTiles4 = 4
 
 // decodeStageChoices are the ring depths attention_mma.cu compiles.
 var decodeStageChoices = []int{3, 4, 6}
@@ -51,11 +42,12 @@ var decodeStageChoices = []int{3, 4, 6}
 const maxDecodeSplits = 64
 
 // maxDecodeTiles bounds the 8-row tiles of one (batch, KV head) group on
-// the tensor-core decode path (8192 rows: a 2048-token chunk at G = 4, the
-// continuation of a conversation over its cache); larger groups run the
-// SIMT kernel. Blocks of four tiles read the group's keys once for 32
-// rows, so the time grows with the rows, as the work does.
-const maxDecodeTiles = 1024
+// the tensor-core decode path: every tile streams the group's keys again
+// (from L2 after the first), so past a few hundred rows the prefill
+// kernels' larger row blocks would be the better shape; 64 tiles (512
+// rows: 128 tokens at G = 4) keep a chunk of prompt over a cache on the
+// tensor cores rather than the SIMT kernel.
+const maxDecodeTiles = 64
 
 // decodeTiles is the number of 8-row tiles of a group of G query heads
 // decoding Lq tokens each.
@@ -68,18 +60,6 @@ type decodeEnv struct {
 	stages int  // a forced ring depth (0: none)
 	report bool // print each new plan
 	tiles  int  // the most row tiles a group takes (0: maxDecodeTiles)
-	rw     int  // forced tiles a block (0: by minBlockTiles4)
-}
-
-// blockTiles is the tiles a block holds for a group of tiles row tiles.
-func (e decodeEnv) blockTiles(tiles int) int {
-	switch {
-	case e.rw > 0:
-		return e.rw
-	case tiles >= minBlockTiles4:
-		return 4
-	}
-	return 1
 }
 
 // maxTiles is the tile cap in force.
@@ -125,13 +105,6 @@ func parseDecodeEnv(getenv func(string) string) (decodeEnv, error) {
 		}
 		e.tiles = n
 	}
-	switch s := getenv(EnvDecodeBlockTiles); s {
-	case "":
-	case "1", "4":
-		e.rw = int(s[0] - '0')
-	default:
-		return e, fmt.Errorf("cuda: %s=%q: want 1 or 4", EnvDecodeBlockTiles, s)
-	}
 	return e, nil
 }
 
@@ -158,16 +131,11 @@ func decodeEnvNow() (decodeEnv, error) {
 	return decodeEnvFromOS()
 }
 
-// decodeSmem is the dynamic shared memory of a decode block of one row
-// tile: the A tile (16 rows) and the K and V rings, rows padded to D + 8
-// elements.
-func decodeSmem(D, stages int) int { return decodeSmemRows(D, stages, 1) }
-
-// decodeSmemRows is decodeSmem for a block of rw row tiles (16 A rows a
-// tile).
-func decodeSmemRows(D, stages, rw int) int {
+// decodeSmem is the dynamic shared memory of a decode block: the A tile
+// (16 rows) and the K and V rings, rows padded to D + 8 elements.
+func decodeSmem(D, stages int) int {
 	sd := D + 8
-	return (16*rw*sd + 2*stages*decKeys*sd) * 2
+	return (16*sd + 2*stages*decKeys*sd) * 2
 }
 
 // decodeBlocksPerSM is how many decode blocks of this shared memory one
@@ -247,44 +215,8 @@ func planDecode(g decodeGPU, heads, capacity, D, callerSplits int, env decodeEnv
 	return p, nil
 }
 
-// planDecodeTiles is planDecode for groups of tiles row tiles: the tiles a
-// block holds (rw) and the plan. A block of one tile is planned as
-// planDecode plans a group; blocks of four tiles (one multiprocessor each
-// at D = 128: their 64-row A tile and 3-stage ring take 121 KiB) take the
-// 3-stage ring and as many splits as fill one wave of them, at least
-// minKeys keys a split.
-func planDecodeTiles(g decodeGPU, groups, tiles, capacity, D, callerSplits int, env decodeEnv) (decodePlan, int, error) {
-	rw := env.blockTiles(tiles)
-	if rw == 1 {
-		p, err := planDecode(g, groups*tiles, capacity, D, callerSplits, env)
-		return p, 1, err
-	}
-	if env.stages > 0 && env.stages != 3 {
-		return decodePlan{}, rw, fmt.Errorf("cuda: %s=%d: blocks of %d row tiles have the 3-stage ring only", EnvDecodeStages, env.stages, rw)
-	}
-	minKeys := 128
-	if g.minKeys >= decKeys {
-		minKeys = g.minKeys
-	}
-	blocks := max(1, groups*((tiles+rw-1)/rw))
-	byKeys := max(1, (capacity+minKeys-1)/minKeys)
-	wave := decodeBlocksPerSM(decodeSmemRows(D, 3, rw), g.smemOptin) * g.sms / blocks
-	p := decodePlan{stages: 3, splits: max(1, min(wave, byKeys, maxDecodeSplits)), rule: "auto"}
-	switch {
-	case callerSplits > 0:
-		p.splits, p.rule = callerSplits, "caller"
-	case env.splits > 0:
-		p.splits, p.rule = env.splits, "env"
-	}
-	return p, rw, nil
-}
-
-// decodeKernel is the kernel of a plan (attention_mma.cu's DEC) for blocks
-// of rw row tiles.
-func decodeKernel(D, stages, rw int, px bool) string {
-	if rw == 4 {
-		return fmt.Sprintf("attn_dec_mma_w4_d%d_%s", D, kind(px))
-	}
+// decodeKernel is the kernel of a plan (attention_mma.cu's DEC).
+func decodeKernel(D, stages int, px bool) string {
 	if stages == 3 {
 		return fmt.Sprintf("attn_dec_mma_d%d_%s", D, kind(px))
 	}
@@ -296,10 +228,10 @@ var decodeReported sync.Map
 
 // reportDecode prints a plan to standard error the first time it is used
 // for a shape.
-func reportDecode(p decodePlan, rw, B, Hkv, G, Lq, capacity, D int, px bool) {
+func reportDecode(p decodePlan, B, Hkv, G, Lq, capacity, D int, px bool) {
 	tiles := decodeTiles(G, Lq)
-	line := fmt.Sprintf("cuda decode: B %d Hq %d Hkv %d Lq %d L %d D %d %s: splits %d (%s), stages %d, tiles %d (%d a block), blocks %d\n",
-		B, G*Hkv, Hkv, Lq, capacity, D, kind(px), p.splits, p.rule, p.stages, tiles, rw, p.splits*((tiles+rw-1)/rw)*B*Hkv)
+	line := fmt.Sprintf("cuda decode: B %d Hq %d Hkv %d Lq %d L %d D %d %s: splits %d (%s), stages %d, tiles %d, blocks %d\n",
+		B, G*Hkv, Hkv, Lq, capacity, D, kind(px), p.splits, p.rule, p.stages, tiles, p.splits*tiles*B*Hkv)
 	if _, seen := decodeReported.LoadOrStore(line, true); !seen {
 		fmt.Fprint(os.Stderr, line)
 	}

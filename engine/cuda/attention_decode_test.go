@@ -68,45 +68,6 @@ func TestPlanDecode(t *testing.T) {
 	}
 }
 
-func TestPlanDecodeTiles(t *testing.T) {
-	h200 := decodeGPU{sms: 132, smemOptin: 227 << 10}
-	for _, c := range []struct {
-		name               string
-		groups, tiles, cap int
-		env                decodeEnv
-		want               decodePlan
-		rw                 int
-	}{
-		// One tile: planDecode's plan.
-		{"one tile", 8, 1, 16384, decodeEnv{}, decodePlan{16, 4, "auto"}, 1},
-		// Below minBlockTiles4: one-tile blocks, the plan over groups x tiles.
-		{"two tiles", 8, 2, 16384, decodeEnv{}, decodePlan{16, 3, "auto"}, 1},
-		// Four-tile blocks, one a multiprocessor at D = 128: 132 / 8.
-		{"four tiles", 8, 4, 16384, decodeEnv{}, decodePlan{16, 3, "auto"}, 4},
-		{"sixteen tiles", 8, 16, 16384, decodeEnv{}, decodePlan{4, 3, "auto"}, 4},
-		{"forced one", 8, 16, 16384, decodeEnv{rw: 1}, decodePlan{2, 3, "auto"}, 1},
-		{"forced four", 8, 2, 16384, decodeEnv{rw: 4}, decodePlan{16, 3, "auto"}, 4},
-		{"short cache", 8, 16, 256, decodeEnv{}, decodePlan{2, 3, "auto"}, 4},
-		{"env splits", 8, 16, 16384, decodeEnv{splits: 7}, decodePlan{7, 3, "env"}, 4},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			p, rw, err := planDecodeTiles(h200, c.groups, c.tiles, c.cap, 128, 0, c.env)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if p != c.want || rw != c.rw {
-				t.Errorf("got %+v, %d tiles a block; want %+v, %d", p, rw, c.want, c.rw)
-			}
-			if s := decodeSmemRows(128, p.stages, rw); s > h200.smemOptin {
-				t.Errorf("%d bytes of shared memory", s)
-			}
-		})
-	}
-	if _, _, err := planDecodeTiles(h200, 8, 8, 4096, 128, 0, decodeEnv{stages: 4}); err == nil {
-		t.Error("4 stages for four-tile blocks: no error")
-	}
-}
-
 func TestDecodeSmem(t *testing.T) {
 	// Every ring the host may pick fits Hopper's 227 KiB, and the block
 	// merge (4 warps' m, d1, d2, O1, O2 in floats) fits in the rings.
@@ -144,9 +105,7 @@ func TestParseDecodeEnv(t *testing.T) {
 		{map[string]string{EnvDecodeReport: "yes"}, decodeEnv{}, EnvDecodeReport},
 		{map[string]string{EnvDecodeTiles: "1"}, decodeEnv{tiles: 1}, ""},
 		{map[string]string{EnvDecodeTiles: "0"}, decodeEnv{}, EnvDecodeTiles},
-		{map[string]string{EnvDecodeTiles: "1025"}, decodeEnv{}, EnvDecodeTiles},
-		{map[string]string{EnvDecodeBlockTiles: "4"}, decodeEnv{rw: 4}, ""},
-		{map[string]string{EnvDecodeBlockTiles: "2"}, decodeEnv{}, EnvDecodeBlockTiles},
+		{map[string]string{EnvDecodeTiles: "65"}, decodeEnv{}, EnvDecodeTiles},
 	} {
 		got, err := parseDecodeEnv(func(k string) string { return c.env[k] })
 		switch {
@@ -162,15 +121,14 @@ func TestParseDecodeEnv(t *testing.T) {
 
 func TestDecodeKernelNames(t *testing.T) {
 	for _, c := range []struct {
-		D, stages, rw int
-		px            bool
-		want          string
-	}{{128, 3, 1, true, "attn_dec_mma_d128_px"}, {64, 6, 1, false, "attn_dec_mma_s6_d64_sm"}, {16, 4, 1, true, "attn_dec_mma_s4_d16_px"},
-		{128, 3, 4, false, "attn_dec_mma_w4_d128_sm"}} {
-		if got := decodeKernel(c.D, c.stages, c.rw, c.px); got != c.want {
+		D, stages int
+		px        bool
+		want      string
+	}{{128, 3, true, "attn_dec_mma_d128_px"}, {64, 6, false, "attn_dec_mma_s6_d64_sm"}, {16, 4, true, "attn_dec_mma_s4_d16_px"}} {
+		if got := decodeKernel(c.D, c.stages, c.px); got != c.want {
 			t.Errorf("got %s, want %s", got, c.want)
 		}
-		if !pdlKernel(mmaMod, decodeKernel(c.D, c.stages, c.rw, c.px)) {
+		if !pdlKernel(mmaMod, decodeKernel(c.D, c.stages, c.px)) {
 			t.Errorf("%s is not launched with PDL", c.want)
 		}
 	}

@@ -550,11 +550,7 @@ BWD(128, 32, 32)
 // once, a chunk of prompt over a cache): a tile's queries sit in rows 0-7
 // of one m16 A tile and their probes in rows 8-15. The tiles of a split are
 // adjacent blocks, so the K and V they share come from DRAM once and from
-// L2 after that. With RW = 4 a block holds four tiles (32 query rows of
-// the group, 64 A rows), one a warp, and each warp runs its tile over all
-// 64 keys of a stage: K and V leave L2 once for four tiles, where the
-// one-tile block (RW = 1, the warps sharing a stage's keys) would read them
-// four times. The warps then own distinct rows, so nothing is merged. Each warp keeps its own running state; the block merges
+// L2 after that. Each warp keeps its own running state; the block merges
 // its warps and, with one split, writes o; otherwise it writes a partial
 // (m, d1, d2, O1, O2 of its rows) and the last block of the (batch, KV
 // head) to finish, found by an atomic counter that it resets, merges every
@@ -573,23 +569,19 @@ __device__ __forceinline__ float4 dec_ld4(const float *p) {
 	return v;
 }
 
-template <int D, bool PX, int STAGES, int RW>
+template <int D, bool PX, int STAGES>
 __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *K, const u16 *V, u16 *O, const int *lens,
                                          int Hq, int Hkv, int Lq, int Cap, float scale, int window, int splits,
                                          int tiles, float *part, int *counters, int *err) {
 	constexpr int SD = D + 8;
-	constexpr int PST = 24 + 16 * D; // floats per tile's partial: m[8], d1[8], d2[8], O1[8][D], O2[8][D]
-	constexpr int CH = RW == 1 ? 1 : DEC_KEYS / 16; // 16-key chunks a warp takes from each stage
+	constexpr int PST = 24 + 16 * D; // floats per partial: m[8], d1[8], d2[8], O1[8][D], O2[8][D]
 	extern __shared__ __align__(16) unsigned char smem[];
-	u16 *sA = (u16 *)smem, *sK = sA + 16 * RW * SD, *sV = sK + STAGES * DEC_KEYS * SD;
+	u16 *sA = (u16 *)smem, *sK = sA + 16 * SD, *sV = sK + STAGES * DEC_KEYS * SD;
 	__shared__ int last;
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
 	const int split = blockIdx.x / tiles, tile = blockIdx.x % tiles, hk = blockIdx.y, b = blockIdx.z, G = Hq / Hkv;
-	// tile counts blocks of RW tiles; the block's rows of the group, then
-	// the warp's tile among them (all of them with RW = 1).
-	const int row0 = tile * 8 * RW, nrowsB = min(8 * RW, G * Lq - row0);
-	const int wrow0 = row0 + (RW == 1 ? 0 : warp * 8), nrows = min(8, G * Lq - wrow0);
-	const int grp = (b * Hkv + hk) * tiles + tile; // the block's partials and counter
+	const int row0 = tile * 8, nrows = min(8, G * Lq - row0); // the tile's rows of the group
+	const int grp = (b * Hkv + hk) * tiles + tile;              // its partials and counter
 	const i64 ko = ((i64)b * Hkv + hk) * Cap * D;
 	// Under programmatic dependent launch (engine/cuda/pdl.go) the kernel
 	// may start before the one that appended the step's keys has finished:
@@ -599,9 +591,9 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 	// The A tile first (rows 0..nrows-1 queries, 8.. probes, the rest
 	// zero-filled): it does not depend on the length, so its loads fly
 	// while the length is read.
-	for (int c = tid; c < 16 * RW * (D / 8); c += 128) {
-		int ar = c / (D / 8), cc = (c % (D / 8)) * 8, rr = ar & 15, qr = (ar >> 4) * 8 + (rr & 7);
-		bool ok = qr < nrowsB && (rr < 8 || PX);
+	for (int c = tid; c < 16 * (D / 8); c += 128) {
+		int rr = c / (D / 8), cc = (c % (D / 8)) * 8, qr = rr & 7;
+		bool ok = qr < nrows && (rr < 8 || PX);
 		const u16 *src = Q;
 		if (ok) src = (rr < 8 ? Q : R) + (((i64)b * Hq + hk * G + (row0 + qr) / Lq) * Lq + (row0 + qr) % Lq) * D + cc;
 		cp_async16(sA + rr * SD + cc, src, ok ? 16 : 0);
@@ -631,10 +623,10 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 	__syncthreads();
 	u32 fa[D / 16][4];
 #pragma unroll
-	for (int kk = 0; kk < D / 16; kk++) ldsm4(fa[kk], sA + (RW == 1 ? 0 : warp * 16 * SD) + kk * 16 + a_off(lane, SD));
+	for (int kk = 0; kk < D / 16; kk++) ldsm4(fa[kk], sA + kk * 16 + a_off(lane, SD));
 
 	const float sl2 = scale * LOG2E;
-	const int qi = (wrow0 + g) % Lq; // query index of row g
+	const int qi = (row0 + g) % Lq; // query index of row g
 	const int hiq = qi + n - Lq + 1, loq = window > 0 ? max(0, hiq - window) : 0;
 	const bool rowok = g < nrows;
 	float acc[D / 8][4];
@@ -655,10 +647,7 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 			cp_async_commit();
 		}
 		const int buf = stg % STAGES;
-#pragma unroll 1
-		for (int ch = 0; ch < CH; ch++) {
-		const int kc = RW == 1 ? warp : ch; // the 16-key chunk of the stage
-		const u16 *ks = sK + buf * DEC_KEYS * SD + kc * 16 * SD, *vs = sV + buf * DEC_KEYS * SD + kc * 16 * SD;
+		const u16 *ks = sK + buf * DEC_KEYS * SD + warp * 16 * SD, *vs = sV + buf * DEC_KEYS * SD + warp * 16 * SD;
 		float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
 #pragma unroll
 		for (int kk = 0; kk < D / 16; kk++) {
@@ -667,7 +656,7 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 			mma16816(s[0], fa[kk], bk);
 			mma16816(s[1], fa[kk], bk + 2);
 		}
-		const int jb = c0 + stg * DEC_KEYS + kc * 16;
+		const int jb = c0 + stg * DEC_KEYS + warp * 16;
 		float mx = NEG_INF;
 		bool okm[2][2];
 #pragma unroll
@@ -708,26 +697,21 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 		// skips the key. Such a key with a non-finite V row leaves the
 		// product (its shared row is zeroed) and each row that sees it adds
 		// p v for it alone. The test costs nothing away from the edges.
-		// Visibility is counted over the block's rows, so with RW = 4 every
-		// warp finds the same keys, and the rows are zeroed between two
-		// barriers once every warp has read them (the condition is uniform
-		// over the block: jb depends on the chunk only).
 		if (jb + 16 > n - Lq + 1 || window > 0) {
 			const int kl0 = lane & 15, jl = jb + kl0;
 			bool bad = false;
 			if (lane < 16 && jl < c1) {
 				int vis = 0;
-				for (int rr = 0; rr < nrowsB; rr++) {
+				for (int rr = 0; rr < nrows; rr++) {
 					int hr = (row0 + rr) % Lq + n - Lq + 1, lr = window > 0 ? max(0, hr - window) : 0;
 					vis += jl < hr && jl >= lr;
 				}
-				if (vis > 0 && vis < nrowsB) {
+				if (vis > 0 && vis < nrows) {
 					const u16 *vr = vs + kl0 * SD;
 					for (int c = 0; c < D; c++) bad |= (vr[c] & 0x7f80u) == 0x7f80u;
 				}
 			}
-			const unsigned badAll = __ballot_sync(0xffffffffu, bad);
-			for (unsigned badm = badAll; badm; badm &= badm - 1) {
+			for (unsigned badm = __ballot_sync(0xffffffffu, bad); badm; badm &= badm - 1) {
 				const int kl = __ffs(badm) - 1, ntk = kl >> 3, ek = kl & 1, src = (lane & ~3) | ((kl & 7) >> 1);
 				float pk = ntk ? (ek ? p[1][1] : p[1][0]) : (ek ? p[0][1] : p[0][0]);
 				float ptk = ntk ? (ek ? pt[1][1] : pt[1][0]) : (ek ? pt[0][1] : pt[0][0]);
@@ -746,17 +730,9 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 						acc[x][2] += ptk * v0;
 						acc[x][3] += ptk * v1;
 					}
-				if (RW == 1) {
-					__syncwarp();
-					for (int c = lane; c < D; c += 32) vr[c] = 0;
-					__syncwarp();
-				}
-			}
-			if (RW > 1 && badAll) {
-				__syncthreads();
-				for (int e = tid; e < 16 * D; e += 128)
-					if ((badAll >> (e / D)) & 1) ((u16 *)vs)[(e / D) * SD + e % D] = 0;
-				__syncthreads();
+				__syncwarp();
+				for (int c = lane; c < D; c += 32) vr[c] = 0;
+				__syncwarp();
 			}
 		}
 		u32 ap[4] = {pack2(p[0][0], p[0][1]), pack2(pt[0][0], pt[0][1]), pack2(p[1][0], p[1][1]), pack2(pt[1][0], pt[1][1])};
@@ -767,16 +743,12 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 			mma16816(acc[2 * n2], ap, bv);
 			mma16816(acc[2 * n2 + 1], ap, bv + 2);
 		}
-		} // chunks
 	}
 	cp_async_wait<0>();
 	__syncthreads();
 
-	// Each warp's state to shared memory: m[8], d1[8], d2[8], O1[8][D],
-	// O2[8][D]. With RW = 1 the 4 warps' states of the same rows are merged;
-	// with RW = 4 block row r is row r % 8 of warp r / 8's state alone.
-	// Partials, a tile's record after another (RW of them a split), hold
-	// block row r at record r / 8, row r % 8.
+	// Merge the 4 warps in shared memory: per warp m[8], d1[8], d2[8],
+	// O1[8][D], O2[8][D].
 	float *wp = (float *)sK;
 	d1 = quad_sum(d1);
 	d2 = quad_sum(d2);
@@ -804,32 +776,32 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 	};
 	// The block's state of its rows: o itself with one split, else the
 	// block's partial, written straight to global memory.
-	constexpr int PB = RW * PST; // floats of a block's partial
-	float *pp = part + ((i64)grp * splits + split) * PB;
-	for (int e = tid; e < nrowsB * D; e += 128) {
-		const int r = e / D, c = e % D, lr = r & 7, w0 = RW == 1 ? 0 : r >> 3, w1 = RW == 1 ? 4 : w0 + 1;
+	float *pp = part + ((i64)grp * splits + split) * PST;
+	for (int e = tid; e < nrows * D; e += 128) {
+		int r = e / D, c = e % D;
 		float M = NEG_INF;
-		for (int w = w0; w < w1; w++) M = fmaxf(M, wp[w * PST + lr]);
+#pragma unroll
+		for (int w = 0; w < 4; w++) M = fmaxf(M, wp[w * PST + r]);
 		float Mu = M == NEG_INF ? 0.0f : M, D1 = 0, D2 = 0, A1 = 0, A2 = 0;
-		for (int w = w0; w < w1; w++) {
-			float f = exp2f(wp[w * PST + lr] - Mu);
-			D1 += f * wp[w * PST + 8 + lr];
-			D2 += f * wp[w * PST + 16 + lr];
-			A1 += f * wp[w * PST + 24 + lr * D + c];
-			if (PX) A2 += f * wp[w * PST + 24 + 8 * D + lr * D + c];
+#pragma unroll
+		for (int w = 0; w < 4; w++) {
+			float f = exp2f(wp[w * PST + r] - Mu);
+			D1 += f * wp[w * PST + 8 + r];
+			D2 += f * wp[w * PST + 16 + r];
+			A1 += f * wp[w * PST + 24 + r * D + c];
+			if (PX) A2 += f * wp[w * PST + 24 + 8 * D + r * D + c];
 		}
 		if (splits == 1) {
 			orow(r)[c] = f2bf(fin(D1, D2, A1, A2));
 			continue;
 		}
-		float *pr = pp + (r >> 3) * PST;
 		if (c == 0) {
-			pr[lr] = M;
-			pr[8 + lr] = D1;
-			pr[16 + lr] = D2;
+			pp[r] = M;
+			pp[8 + r] = D1;
+			pp[16 + r] = D2;
 		}
-		pr[24 + lr * D + c] = A1;
-		if (PX) pr[24 + 8 * D + lr * D + c] = A2;
+		pp[24 + r * D + c] = A1;
+		if (PX) pp[24 + 8 * D + r * D + c] = A2;
 	}
 	if (splits == 1) return;
 	__threadfence();
@@ -841,15 +813,14 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 	// The combine: items of 4 columns of one row, TPI threads an item (a
 	// power of two, lanes of one warp) taking every TPI-th split, eight
 	// splits' loads in flight at a time, then merged across the TPI lanes.
-	const float *ps = part + (i64)grp * splits * PB;
+	const float *ps = part + (i64)grp * splits * PST;
 	constexpr int C4 = D / 4;
-	const int nitems = nrowsB * C4;
+	const int nitems = nrows * C4;
 	int tpi = 1;
 	while (tpi < 32 && 2 * tpi * nitems <= 128) tpi *= 2;
 	const int sub = tid & (tpi - 1), ipb = 128 / tpi;
 	for (int i0 = 0; i0 < nitems; i0 += ipb) { // uniform over the block: the shuffles below see every lane
-		const int it = min(i0 + tid / tpi, nitems - 1), br = it / C4, r = br & 7, c = (it % C4) * 4;
-		const float *pr = ps + (br >> 3) * PST; // the row's record of split 0
+		const int it = min(i0 + tid / tpi, nitems - 1), r = it / C4, c = (it % C4) * 4;
 		float M = NEG_INF, D1 = 0, D2 = 0;
 		float4 A1 = make_float4(0, 0, 0, 0), A2 = A1;
 		for (int s0 = sub; s0 < splits; s0 += 8 * tpi) {
@@ -858,7 +829,7 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 #pragma unroll
 			for (int u = 0; u < 8; u++) {
 				const int s = s0 + u * tpi;
-				const float *q = pr + (i64)min(s, splits - 1) * PB; // past the end: a valid split, weighted 0
+				const float *q = ps + (i64)min(s, splits - 1) * PST; // past the end: a valid split, weighted 0
 				const bool ok = s < splits;
 				pm[u] = ok ? ld_cg(q + r) : NEG_INF;
 				pd1[u] = ld_cg(q + 8 + r);
@@ -901,30 +872,26 @@ __device__ __forceinline__ void dec_impl(const u16 *Q, const u16 *R, const u16 *
 		if (sub == 0 && i0 + tid / tpi < nitems) {
 			const u32 lo = (u32)f2bf(fin(D1, D2, A1.x, A2.x)) | ((u32)f2bf(fin(D1, D2, A1.y, A2.y)) << 16);
 			const u32 hi = (u32)f2bf(fin(D1, D2, A1.z, A2.z)) | ((u32)f2bf(fin(D1, D2, A1.w, A2.w)) << 16);
-			*(uint2 *)(orow(br) + c) = make_uint2(lo, hi);
+			*(uint2 *)(orow(r) + c) = make_uint2(lo, hi);
 		}
 	}
 	if (tid == 0) counters[grp] = 0; // ready for the next call
 }
 
-// attn_dec_mma_d<D>_<px|sm>: 3 stages; attn_dec_mma_s<S>_d<D>_<px|sm>: S;
-// attn_dec_mma_w4_d<D>_<px|sm>: four tiles a block (RW = 4), 3 stages.
-#define DECK(D, S, RWV, NAME, PXV, KIND)                                                                               \
+// attn_dec_mma_d<D>_<px|sm>: 3 stages; attn_dec_mma_s<S>_d<D>_<px|sm>: S.
+#define DECK(D, S, NAME, PXV, KIND)                                                                                    \
 	extern "C" __global__ void __launch_bounds__(128) NAME##KIND(                                                      \
 	    const u16 *Q, const u16 *R, const u16 *K, const u16 *V, u16 *O, const int *lens, int Hq, int Hkv, int Lq, int Cap, \
 	    float scale, int window, int splits, int tiles, float *part, int *counters, int *err) {                          \
-		dec_impl<D, PXV, S, RWV>(Q, R, K, V, O, lens, Hq, Hkv, Lq, Cap, scale, window, splits, tiles, part, counters,  \
-		                         err);                                                                               \
+		dec_impl<D, PXV, S>(Q, R, K, V, O, lens, Hq, Hkv, Lq, Cap, scale, window, splits, tiles, part, counters, err);  \
 	}
 #define DEC(D)                                                                                                           \
-	DECK(D, 3, 1, attn_dec_mma_d##D, true, _px)                                                                      \
-	DECK(D, 3, 1, attn_dec_mma_d##D, false, _sm)                                                                     \
-	DECK(D, 4, 1, attn_dec_mma_s4_d##D, true, _px)                                                                   \
-	DECK(D, 4, 1, attn_dec_mma_s4_d##D, false, _sm)                                                                  \
-	DECK(D, 6, 1, attn_dec_mma_s6_d##D, true, _px)                                                                   \
-	DECK(D, 6, 1, attn_dec_mma_s6_d##D, false, _sm)                                                                  \
-	DECK(D, 3, 4, attn_dec_mma_w4_d##D, true, _px)                                                                   \
-	DECK(D, 3, 4, attn_dec_mma_w4_d##D, false, _sm)
+	DECK(D, 3, attn_dec_mma_d##D, true, _px)                                                                         \
+	DECK(D, 3, attn_dec_mma_d##D, false, _sm)                                                                        \
+	DECK(D, 4, attn_dec_mma_s4_d##D, true, _px)                                                                      \
+	DECK(D, 4, attn_dec_mma_s4_d##D, false, _sm)                                                                     \
+	DECK(D, 6, attn_dec_mma_s6_d##D, true, _px)                                                                      \
+	DECK(D, 6, attn_dec_mma_s6_d##D, false, _sm)
 DEC(16)
 DEC(32)
 DEC(64)

@@ -131,7 +131,7 @@ func multiCases(o Options, dt engine.DType) []Case {
 			var c opMetrics
 			c.do(engine.AdamWAll(dev, ps, gs, ms, vs, adam))
 			for i := range ps {
-				sg := scaledGrad(gv[i], adam)
+				sg := scaledGrad(gv[i], adam.Scale())
 				wp, wm, wv := ref.AdamW(pv[i], sg, mv[i], vv[i], float64(adam.LR), float64(adam.Beta1), float64(adam.Beta2),
 					float64(adam.Eps), float64(adam.WeightDecay), adam.Step)
 				// Bounds from the rounding model (adamwErr): a tensor of one

@@ -62,7 +62,7 @@ func muonStackCases(o Options, dt engine.DType) []Case {
 				c.do(engine.MuonMomentumAll(st, ms, gs, mo))
 				want := append([]float64(nil), init...)
 				for i := range ms {
-					wu, wm := ref.MuonMomentum(mv[i], muonScaledGrad(gv[i], mo), float64(mo.Beta), mo.Nesterov)
+					wu, wm := ref.MuonMomentum(mv[i], scaledGrad(gv[i], mo.Scale()), float64(mo.Beta), mo.Nesterov)
 					copy(want[i*per:], wu)
 					c.cmp(fmt.Sprintf("m%d", i), ms[i], wm, Tol(engine.F32, 4))
 					c.cmp(fmt.Sprintf("g%d (unchanged)", i), gs[i], gv[i], 0)

@@ -822,22 +822,10 @@ func muonMomentumName(o engine.MuonMomentumOpts) string {
 	return fmt.Sprintf("beta %g, nesterov=%v, grad scale %g", o.Beta, o.Nesterov, o.Scale())
 }
 
-// muonScaledGrad is the gradient MuonMomentum with o uses: g scaled by
-// o.Scale() and rounded to f32 (engine.MuonMomentumOpts.GradScale), exact
-// when the scale is 1.
-func muonScaledGrad(g []float64, o engine.MuonMomentumOpts) []float64 {
-	s := o.Scale()
-	out := make([]float64, len(g))
-	for i, x := range g {
-		out[i] = float64(s * float32(x))
-	}
-	return out
-}
-
-// scaledGrad is the gradient AdamW with o uses: g scaled by o.Scale() and
-// rounded to f32 (engine.AdamWOpts.GradScale), exact when the scale is 1.
-func scaledGrad(g []float64, o engine.AdamWOpts) []float64 {
-	s := o.Scale()
+// scaledGrad is the gradient AdamW and MuonMomentum use under a gradient
+// scale s (AdamWOpts.Scale(), MuonMomentumOpts.Scale()): g scaled by s
+// and rounded to f32, exact when s is 1.
+func scaledGrad(g []float64, s float32) []float64 {
 	out := make([]float64, len(g))
 	for i, x := range g {
 		out[i] = float64(s * float32(x))
@@ -865,7 +853,7 @@ func optimizerCases(o Options, dt engine.DType) []Case {
 				}
 				var c opMetrics
 				c.do(dev.AdamW(p, g, m, v, adam))
-				sg := scaledGrad(gv, adam)
+				sg := scaledGrad(gv, adam.Scale())
 				wp, wm, wv := ref.AdamW(pv, sg, mv, vv, float64(adam.LR), float64(adam.Beta1), float64(adam.Beta2),
 					float64(adam.Eps), float64(adam.WeightDecay), adam.Step)
 				ep, em := adamwErr(pv, sg, mv, wp, wm, wv, adam)
@@ -892,7 +880,7 @@ func optimizerCases(o Options, dt engine.DType) []Case {
 				}
 				var c opMetrics
 				c.do(dev.MuonMomentum(u, m, g, mo))
-				wu, wm := ref.MuonMomentum(mv, muonScaledGrad(gv, mo), float64(mo.Beta), mo.Nesterov)
+				wu, wm := ref.MuonMomentum(mv, scaledGrad(gv, mo.Scale()), float64(mo.Beta), mo.Nesterov)
 				c.cmp("u", u, wu, Tol(dt, 4))
 				c.cmp("m", m, wm, Tol(engine.F32, 4))
 				c.cmp("g (unchanged)", g, gv, 0)

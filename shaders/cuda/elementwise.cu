@@ -246,16 +246,6 @@ extern "C" __global__ void adamw(void *p, int dtp, const void *g, int dtg, float
 	}
 }
 
-extern "C" __global__ void muon_momentum(void *u, int dtu, float *m, const void *g, int dtg, i64 n, float beta,
-                                         int nesterov) {
-	GRID_STRIDE(i, n) {
-		double x = ldf(g, dtg, i);
-		double mi = (double)beta * m[i] + (1.0 - (double)beta) * x;
-		m[i] = (float)mi;
-		stf(u, dtu, i, (float)(nesterov ? (1.0 - (double)beta) * x + (double)beta * mi : mi));
-	}
-}
-
 extern "C" __global__ void muon_apply(void *p, int dtp, const void *o, int dto, i64 n, float lr, float wd, float scale) {
 	GRID_STRIDE(i, n) {
 		double pi = ldf(p, dtp, i), oi = ldf(o, dto, i);

@@ -27,8 +27,13 @@ type DecodePrepArgs struct {
 	// KH and VH are optional [B, Hkv, L, D] scratch of the caches' dtype
 	// for the composition (the rotated k and the swapped v before they are
 	// appended); nil allocates them for the call where needed. What they
-	// hold afterwards is unspecified: a fused device does not write them.
+	// hold afterwards is unspecified (a fused device does not write them)
+	// unless KeepKV is set.
 	KH, VH *Tensor
+	// KeepKV asks for the rotated k and the v rows in attention's layout
+	// as well: KH and VH (both then required) receive them, for a
+	// prefill's attention over the new positions.
+	KeepKV bool
 }
 
 // DecodePreparer is implemented by a Device that prepares a decode step's
@@ -43,6 +48,7 @@ type DecodePreparer interface {
 	//	QOut = nr(Q, QNorm), ROut = nr(R, RNorm)
 	//	KCache[b, h, Starts[b] + l] = nr(K, KNorm)[b, h, l]
 	//	VCache[b, h, Starts[b] + l] = V[b, l, h]
+	//	KH[b, h, l] = nr(K, KNorm)[b, h, l], VH[b, h, l] = V[b, l, h] (KeepKV)
 	//
 	// A start outside [0, Cap - L] writes nothing into the caches for its
 	// sequence and is an error, reported by the op or at the next Sync (as
@@ -110,6 +116,9 @@ func CheckDecodePrep(own Owner, a DecodePrepArgs) (DecodePrepDims, error) {
 	if !withR && (a.RNorm != nil || a.ROut != nil) {
 		return dd, argErr(op, "r", "missing (rNorm or rOut given without r)")
 	}
+	if a.KeepKV && (a.KH == nil || a.VH == nil) {
+		return dd, argErr(op, "kh", "missing (KeepKV needs kh and vh)")
+	}
 	return dd, own.check(op, a.Q, a.K, a.V, a.R, a.QNorm, a.KNorm, a.RNorm, a.QOut, a.ROut, a.KCache, a.VCache,
 		a.Pos, a.Starts, a.KH, a.VH)
 }
@@ -118,9 +127,9 @@ func CheckDecodePrep(own Owner, a DecodePrepArgs) (DecodePrepDims, error) {
 // DecodePreparer.DecodePrep): in one launch on a DecodePreparer device
 // that takes the operands, else as the ops it fuses: RMSNormRoPE of q, k
 // (into KH) and r, KVAppendAt of KH and of v (through VH, or a view of v
-// where L or Hkv is 1 and the swap is the identity). The two agree up to
-// the composition's rounding of KH to its dtype (none where KH has the
-// cache's dtype, as when DecodePrep allocates it).
+// where L or Hkv is 1, the swap is the identity and KeepKV is not set).
+// The two agree up to the composition's rounding of KH to its dtype (none
+// where KH has the cache's dtype, as when DecodePrep allocates it).
 func DecodePrep(dev Device, a DecodePrepArgs) error {
 	const op = "decode prep"
 	dd, err := CheckDecodePrep(nil, a)
@@ -145,7 +154,7 @@ func DecodePrep(dev Device, a DecodePrepArgs) error {
 		return err
 	}
 	var vh *Tensor
-	if dd.L == 1 || dd.Hkv == 1 {
+	if (dd.L == 1 || dd.Hkv == 1) && !a.KeepKV {
 		// [B, L, Hkv, D] and [B, Hkv, L, D] are the same memory.
 		if vh, err = a.V.Reshape(kvShape...); err != nil {
 			return fmt.Errorf("%s: %w", op, err)

@@ -236,6 +236,10 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 	// A decode step runs the fused decode ops (ops.go, decodeFusion): the
 	// norms inside the products' kernels, one op for the attention inputs.
 	fused := decodeFusion && !prefill
+	// A prompt's prefill over a cache (generation) prepares its attention
+	// inputs in that one op too, keeping k and v for its own attention
+	// (the caches' starts are 0 then: Step writes them).
+	prefillPrep := decodeFusion && prefill && cache != nil && !a.Train
 	// The projections of h in one call: one launch where the device has a
 	// kernel for the shapes (decoding), a product each otherwise.
 	outs := []*engine.Tensor{mat(la.q, qd), mat(la.k, kvd), mat(a.vn, kvd)}
@@ -249,10 +253,11 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 		r.rmsnorm(la.ln1, la.ln1Rstd, x, blk.InputNorm.W, eps)
 		r.linearMulti(outs, ws, la.ln1)
 	}
-	if fused {
+	if fused || prefillPrep {
 		// q, k (and r) normed and rotated, k and v appended: one op.
 		pa := engine.DecodePrepArgs{Q: la.q, K: la.k, V: a.vn, QNorm: blk.QNorm.W, KNorm: blk.KNorm.W, QOut: la.qh,
-			KCache: cache.K[l], VCache: cache.V[l], Pos: pos, Starts: cache.starts, Eps: eps, Theta: theta, KH: la.kh, VH: la.vh}
+			KCache: cache.K[l], VCache: cache.V[l], Pos: pos, Starts: cache.starts, Eps: eps, Theta: theta, KH: la.kh, VH: la.vh,
+			KeepKV: prefillPrep}
 		if c.Parallax() && !c.ProbeGate {
 			pa.R, pa.RNorm, pa.ROut = la.r, blk.RNorm.W, la.rh
 		}
@@ -264,7 +269,7 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 		r.normRoPE(la.kh, la.kRstd, la.k, blk.KNorm.W, pos, a.kn, eps, theta)
 		r.swap(la.vh, a.vn)
 	}
-	if c.Parallax() && (!fused || c.ProbeGate) {
+	if c.Parallax() && (!(fused || prefillPrep) || c.ProbeGate) {
 		if c.ProbeGate {
 			// r = sigmoid(w_g . h) r per token and head, after the norm
 			// (which would undo it) and before RoPE (a per-head scalar
@@ -283,7 +288,7 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 	case prefill:
 		r.attention(engine.AttentionArgs{Q: la.qh, K: la.kh, V: la.vh, R: la.rh, O: la.att,
 			LSE: la.lse, Vbar: la.vbar, Tbar: la.tbar, AttentionOpts: engine.AttentionOpts{Causal: true}})
-		if cache != nil {
+		if cache != nil && !prefillPrep {
 			r.kvAppend(cache.K[l], la.kh, 0)
 			r.kvAppend(cache.V[l], la.vh, 0)
 		}

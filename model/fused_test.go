@@ -73,6 +73,9 @@ func (s *fusedSpy) DecodePrep(a engine.DecodePrepArgs) (bool, error) {
 	if a.R != nil {
 		s.calls["decode prep r"]++
 	}
+	if a.KeepKV {
+		s.calls["decode prep keep"]++
+	}
 	return false, nil
 }
 
@@ -82,7 +85,8 @@ func (s *fusedSpy) DecodePrep(a engine.DecodePrepArgs) (bool, error) {
 // unfused step, bit for bit, for every attention variant (the probe gate
 // keeping its own path for r and the input norm), one- and two-token
 // steps, and ragged batches; the fused ops are reached by decode steps
-// only, once per layer each.
+// once per layer each, and DecodePrep by the prompt's prefill too (with
+// KeepKV).
 func TestDecodeFusionUnchanged(t *testing.T) {
 	const B, P, steps = 2, 4, 4
 	for _, v := range variants {
@@ -119,9 +123,11 @@ func TestDecodeFusionUnchanged(t *testing.T) {
 					}
 				}
 			}
-			// steps + 1 decode steps (the prefill runs none), each layer once.
-			n := (steps + 1) * cfg.Layers
-			want := map[string]int{"norm linear multi": n, "norm linear swiglu": n, "decode prep": n, "decode prep r": n}
+			// steps + 1 decode steps, each layer once; the prefill runs only
+			// DecodePrep (keeping k and v).
+			n, l := (steps+1)*cfg.Layers, cfg.Layers
+			want := map[string]int{"norm linear multi": n, "norm linear swiglu": n, "decode prep": n + l, "decode prep r": n + l,
+				"decode prep keep": l}
 			if v.gate {
 				delete(want, "norm linear multi") // the gate reads the normed h
 				delete(want, "decode prep r")

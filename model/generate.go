@@ -159,21 +159,20 @@ func (m *Model) step(kv *KVCache, tokens []int32, B, T int, lastOnly bool) (*eng
 		return nil, err
 	}
 	ran := false
-	if kv.Len > 0 {
-		lens, starts := make([]int32, B), make([]int32, B)
-		for i := range lens {
-			lens[i], starts[i] = int32(kv.Len+T), int32(kv.Len)
-		}
-		if err := writeInt32s(m.Dev, kv.lens, lens); err != nil {
-			return nil, fmt.Errorf("step: upload lengths: %w", err)
-		}
-		if err := writeInt32s(m.Dev, kv.starts, starts); err != nil {
-			return nil, fmt.Errorf("step: upload starts: %w", err)
-		}
-		if T == 1 {
-			if ran, err = m.replayDecode(kv, a); err != nil {
-				return nil, err
-			}
+	// The starts are read by the prefill's fused attention inputs as well.
+	lens, starts := make([]int32, B), make([]int32, B)
+	for i := range lens {
+		lens[i], starts[i] = int32(kv.Len+T), int32(kv.Len)
+	}
+	if err := writeInt32s(m.Dev, kv.lens, lens); err != nil {
+		return nil, fmt.Errorf("step: upload lengths: %w", err)
+	}
+	if err := writeInt32s(m.Dev, kv.starts, starts); err != nil {
+		return nil, fmt.Errorf("step: upload starts: %w", err)
+	}
+	if kv.Len > 0 && T == 1 {
+		if ran, err = m.replayDecode(kv, a); err != nil {
+			return nil, err
 		}
 	}
 	if !ran {

@@ -77,6 +77,9 @@ func (d *Device) DecodePrep(a engine.DecodePrepArgs) (bool, error) {
 		return false, nil
 	}
 	ts := []*engine.Tensor{a.Q, a.K, a.V, a.R, a.QNorm, a.KNorm, a.RNorm, a.QOut, a.ROut, a.KCache, a.VCache}
+	if a.KeepKV {
+		ts = append(ts, a.KH, a.VH)
+	}
 	for _, t := range ts {
 		if t != nil && ptr(t)%16 != 0 {
 			return false, nil
@@ -85,12 +88,18 @@ func (d *Device) DecodePrep(a engine.DecodePrepArgs) (bool, error) {
 	if dd.B*dd.L == 0 {
 		return true, nil
 	}
-	// dp_set: x[4], w[4], out[4] (pointers), dtx[4], dtw[4], dto[4],
-	// heads[4], first[5] (ints), 184 bytes with the tail padding.
-	var set [184]byte
+	// dp_set: x[4], w[4], out[4], out2[4] (pointers), dtx[4], dtw[4],
+	// dto[4], dto2[4], heads[4], first[5] (ints), 232 bytes with the tail
+	// padding.
+	const ints = 128
+	var set [232]byte
 	xs := [4]*engine.Tensor{a.Q, a.K, a.V, a.R}
 	ws := [4]*engine.Tensor{a.QNorm, a.KNorm, nil, a.RNorm}
 	outs := [4]*engine.Tensor{a.QOut, a.KCache, a.VCache, a.ROut}
+	var outs2 [4]*engine.Tensor
+	if a.KeepKV {
+		outs2[1], outs2[2] = a.KH, a.VH
+	}
 	heads := [4]int{dd.Hq, dd.Hkv, dd.Hkv, dd.Hq}
 	first := 0
 	for i := range 4 {
@@ -98,22 +107,26 @@ func (d *Device) DecodePrep(a engine.DecodePrepArgs) (bool, error) {
 		if xs[i] == nil {
 			h = 0
 		}
-		binary.LittleEndian.PutUint32(set[160+4*i:], uint32(first))
+		binary.LittleEndian.PutUint32(set[ints+80+4*i:], uint32(first))
 		first += dd.B * dd.L * h
 		if h == 0 {
 			continue
 		}
 		binary.LittleEndian.PutUint64(set[8*i:], ptr(xs[i]))
 		binary.LittleEndian.PutUint64(set[64+8*i:], ptr(outs[i]))
-		binary.LittleEndian.PutUint32(set[96+4*i:], uint32(dt(xs[i])))
-		binary.LittleEndian.PutUint32(set[128+4*i:], uint32(dt(outs[i])))
-		binary.LittleEndian.PutUint32(set[144+4*i:], uint32(h))
+		binary.LittleEndian.PutUint32(set[ints+4*i:], uint32(dt(xs[i])))
+		binary.LittleEndian.PutUint32(set[ints+32+4*i:], uint32(dt(outs[i])))
+		binary.LittleEndian.PutUint32(set[ints+64+4*i:], uint32(h))
 		if ws[i] != nil {
 			binary.LittleEndian.PutUint64(set[32+8*i:], ptr(ws[i]))
-			binary.LittleEndian.PutUint32(set[112+4*i:], uint32(dt(ws[i])))
+			binary.LittleEndian.PutUint32(set[ints+16+4*i:], uint32(dt(ws[i])))
+		}
+		if outs2[i] != nil {
+			binary.LittleEndian.PutUint64(set[96+8*i:], ptr(outs2[i]))
+			binary.LittleEndian.PutUint32(set[ints+48+4*i:], uint32(dt(outs2[i])))
 		}
 	}
-	binary.LittleEndian.PutUint32(set[160+16:], uint32(first))
+	binary.LittleEndian.PutUint32(set[ints+80+16:], uint32(first))
 	var freq [8 * decodePrepMaxPairs]byte
 	for i, f := range engine.RoPEFrequencies(a.Theta, dd.D) {
 		binary.LittleEndian.PutUint64(freq[8*i:], math.Float64bits(f))

@@ -168,29 +168,35 @@ type decodePrepCase struct {
 	b, l, hq, hkv, d, cap int
 	perSeq, probe, kvh    bool // per-sequence positions; r given; KH and VH given
 	theta                 float32
+	keep                  bool // KeepKV: KH and VH must hold k and v
 }
 
 func (s decodePrepCase) String() string {
-	return fmt.Sprintf("B%d L%d Hq%d Hkv%d D%d cap %d, per-sequence pos %v, r %v, scratch %v, theta %g",
-		s.b, s.l, s.hq, s.hkv, s.d, s.cap, s.perSeq, s.probe, s.kvh, s.theta)
+	return fmt.Sprintf("B%d L%d Hq%d Hkv%d D%d cap %d, per-sequence pos %v, r %v, scratch %v, theta %g, keep %v",
+		s.b, s.l, s.hq, s.hkv, s.d, s.cap, s.perSeq, s.probe, s.kvh, s.theta, s.keep)
 }
 
 // decodePrepCases check DecodePrep against the references of
 // RMSNormRoPE, SwapAxes12 and KVAppendAt: the caches start random, so the
 // rows a sequence does not append must come back unchanged. The shapes
 // take the CUDA kernel (D = 16..128, one and several positions, per
-// sequence positions) and the composition (D = 12).
+// sequence positions) and the composition (D = 12); the KeepKV shapes
+// include a prefill of 37 positions and the single-head, single-position
+// one whose swap is the identity.
 func decodePrepCases(o Options, dt engine.DType) []Case {
 	const eps = 1e-6
 	shapes := []decodePrepCase{
-		{1, 1, 4, 2, 128, 9, false, true, false, 1e6},
-		{3, 1, 4, 2, 64, 7, true, true, true, 1e4},
-		{2, 2, 2, 1, 16, 6, true, false, false, 1e4},
-		{2, 3, 2, 2, 32, 8, false, true, true, 1e4},
-		{2, 2, 2, 2, 12, 5, false, true, false, 1e4},
+		{1, 1, 4, 2, 128, 9, false, true, false, 1e6, false},
+		{3, 1, 4, 2, 64, 7, true, true, true, 1e4, false},
+		{2, 2, 2, 1, 16, 6, true, false, false, 1e4, false},
+		{1, 37, 4, 2, 128, 40, false, true, true, 1e6, true},
+		{2, 3, 2, 2, 32, 8, false, true, true, 1e4, false},
+		{2, 2, 2, 2, 12, 5, false, true, false, 1e4, false},
+		{2, 1, 2, 1, 64, 4, true, false, true, 1e4, true},
+		{1, 5, 2, 2, 12, 9, false, false, true, 1e4, true},
 	}
 	if o.Short {
-		shapes = shapes[:3]
+		shapes = shapes[:4]
 	}
 	angleTol := 4 * normRoPEMaxPos * 0x1p-24 // as normRoPECases
 	var cs []Case
@@ -228,8 +234,9 @@ func decodePrepCases(o Options, dt engine.DType) []Case {
 				rv = Normal(rng, dt, b*l*hq*d, 2)
 				a.R, a.RNorm, a.ROut = ts.Up(dt, rv, b, l, hq, d), ts.Up(dt, rn, d), ts.New(dt, b, hq, l, d)
 			}
-			if s.kvh {
+			if s.kvh || s.keep {
 				a.KH, a.VH = ts.New(dt, b, hkv, l, d), ts.New(dt, b, hkv, l, d)
+				a.KeepKV = s.keep
 			}
 			if err := ts.Err(); err != nil {
 				return nil, err
@@ -262,6 +269,10 @@ func decodePrepCases(o Options, dt engine.DType) []Case {
 			}
 			c.cmp("kCache", a.KCache, wantK, errBoundTol(dt, floor, errK, wantK))
 			c.cmp("vCache", a.VCache, wantV, Tol(dt, 1))
+			if s.keep {
+				c.cmp("kh", a.KH, wk, errBoundTol(dt, floor, ek, wk))
+				c.cmp("vh", a.VH, vs, Tol(dt, 1))
+			}
 			return c.result()
 		}})
 	}

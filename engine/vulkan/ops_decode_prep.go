@@ -18,11 +18,16 @@ var _ engine.DecodePreparer = (*Device)(nil)
 // engine.DecodePreparer. A bad start is raised on the device and reported
 // at the next Sync (as KVAppendAt's). It takes any head dimension (RoPE's
 // frequencies come from the device's f32 table, as RMSNormRoPE's) and
-// declines only operands whose element indices pass 32 bits.
+// declines operands whose element indices pass 32 bits, and KeepKV (a
+// prefill's k and v in attention's layout), which the composition
+// serves.
 func (d *Device) DecodePrep(a engine.DecodePrepArgs) (bool, error) {
 	dd, err := engine.CheckDecodePrep(d.own, a)
 	if err != nil {
 		return true, err
+	}
+	if a.KeepKV {
+		return false, nil
 	}
 	bl := dd.B * dd.L
 	heads := 2*dd.Hkv + dd.Hq

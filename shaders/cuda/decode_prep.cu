@@ -8,6 +8,8 @@
 //	3 r: as q, to rOut (no rows without a probe)
 //
 // which replaces three norm+RoPE launches, a swap and two cache appends.
+// With out2 (engine.DecodePrepArgs.KeepKV) the k and v rows are also
+// written in attention's layout [B, Hkv, L, D], for a prefill's attention.
 // The row math is normrope8's: y = x rstd w with rstd = 1/sqrt(mean(x^2) +
 // eps), then (y_i, y_{i+D/2}) turned by pos f_i, the frequencies
 // f_i = theta^(-2i/D) coming from the host in double (the kernel computes
@@ -23,7 +25,8 @@ struct dp_set {
 	const void *x[4]; // q, k, v, r [B, L, H_s, D]
 	const void *w[4]; // their norm weights [D] (v: none)
 	void *out[4];     // qOut, kCache, vCache, rOut
-	int dtx[4], dtw[4], dto[4];
+	void *out2[4];    // k and v again as [B, Hkv, L, D] (KeepKV), else null
+	int dtx[4], dtw[4], dto[4], dto2[4];
 	int heads[4];
 	int first[5]; // first row of each segment; first[4] = every row
 };
@@ -79,9 +82,14 @@ extern "C" __global__ void __launch_bounds__(128) decode_prep(const __grid_const
 			t = start + l, T = Cap;
 		}
 		const i64 o = (((i64)b * s.heads[seg] + h) * T + t) * D + i0;
+		const i64 ol = (((i64)b * s.heads[seg] + h) * L + l) * D + i0;
 		if (seg == 2) {
 			st8f(s.out[seg], s.dto[seg], o, a);
 			st8f(s.out[seg], s.dto[seg], o + half, bb);
+			if (s.out2[2]) {
+				st8f(s.out2[2], s.dto2[2], ol, a);
+				st8f(s.out2[2], s.dto2[2], ol + half, bb);
+			}
 			continue;
 		}
 		const float sc = 1.0f / sqrtf(ss / (float)D + eps);
@@ -96,5 +104,9 @@ extern "C" __global__ void __launch_bounds__(128) decode_prep(const __grid_const
 		}
 		st8f(s.out[seg], s.dto[seg], o, o1);
 		st8f(s.out[seg], s.dto[seg], o + half, o2);
+		if (seg == 1 && s.out2[1]) {
+			st8f(s.out2[1], s.dto2[1], ol, o1);
+			st8f(s.out2[1], s.dto2[1], ol + half, o2);
+		}
 	}
 }

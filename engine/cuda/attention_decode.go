@@ -160,6 +160,12 @@ type decodeGPU struct {
 	minKeys        int // Options.DecodeSplitKeys, 0 for 128
 }
 
+// shortCacheKeys is the largest cache capacity whose decode splits take
+// 64 keys rather than 128 (H200, the 0.6B shape at batch 1: a 272-key
+// cache's step 1.003 against 1.015 ms, a 1280-key one's 1.055 against
+// 1.040 ms).
+const shortCacheKeys = 512
+
 // maxWideSplits is the most splits the two-blocks-a-multiprocessor rule
 // takes; past it, the fused combine (every split's partial read by one
 // block, eight splits a round trip) costs more than the second block a
@@ -177,9 +183,14 @@ const maxWideSplits = 16
 // Hkv = 8: 33 splits) one block a multiprocessor instead, floor(SMs /
 // heads) splits, with the 4-stage ring (3 x 32 KiB in flight a block at
 // D = 128). Either way a split has at least minKeys keys and there are at
-// most 64.
+// most 64. minKeys is 128, or 64 over caches of at most shortCacheKeys
+// (a short conversation's decode step is latency-bound: more, shorter
+// splits end sooner), unless Options.DecodeSplitKeys sets it.
 func planDecode(g decodeGPU, heads, capacity, D, callerSplits int, env decodeEnv) (decodePlan, error) {
 	minKeys := 128
+	if capacity <= shortCacheKeys {
+		minKeys = decKeys
+	}
 	if g.minKeys >= decKeys {
 		minKeys = g.minKeys
 	}

@@ -19,8 +19,8 @@ var _ engine.DecodePreparer = (*Device)(nil)
 // at the next Sync (as KVAppendAt's). It takes any head dimension (RoPE's
 // frequencies come from the device's f32 table, as RMSNormRoPE's) and
 // declines operands whose element indices pass 32 bits, and KeepKV (a
-// prefill's k and v in attention's layout), which the composition
-// serves.
+// prefill's k and v in attention's layout: two more outputs would pass
+// the device's 16 bindings a dispatch), which the composition serves.
 func (d *Device) DecodePrep(a engine.DecodePrepArgs) (bool, error) {
 	dd, err := engine.CheckDecodePrep(d.own, a)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 const generateUsage = `
 Usage:
   parallax generate --model DIR --prompt TEXT [flags]
+  parallax generate --model DIR --prompts-file FILE [--batch N] [flags]
 
 Continues the prompt with a trained model (a directory written by
 'parallax train', or a Hugging Face Qwen3 directory with tokenizer.json),
@@ -23,19 +24,36 @@ cannot decode (a vocabulary padded past the tokenizer's, as in Hugging Face
 Qwen3) are never sampled. The model runs in --dtype (auto: bf16 on GPUs,
 f32 on the CPU) with its KV cache in the same dtype; a bf16 or f16 model
 keeps only its compute copies of the weights, about half the memory of f32.
+
+With --prompts-file, every non-blank line of FILE (- for standard input) is
+a prompt, and the prompts are continued together through the model's
+batched KV cache: up to --batch sequences decode at once, and a sequence
+that ends frees its slot for the next prompt. Standard output is JSONL, one
+object a prompt in the file's order, each printed once it and every
+earlier one are done:
+  {"index": I, "prompt": LINE, "text": CONTINUATION, "tokens": N, "finish": WHY}
+text is the continuation alone (without the prompt or a --stop text),
+tokens the ids generated, and finish "length" (--max-tokens), "stop" (a
+--stop text), "eos" (an end-of-text id) or "capacity" (the model's context
+is full). Prompt I (from 0) samples with seed --seed + I, so its text does
+not depend on the other prompts, nor, on the CPU, on --batch: there it is,
+bit for bit, what 'generate --prompt LINE --seed S+I' prints.
 `
 
 const generateExamples = `
   parallax generate --model run --prompt "It is a truth universally acknowledged"
   parallax generate --model run --prompt "Emma" --temperature 0 --max-tokens 50
   parallax generate --model Qwen3-0.6B --prompt "The capital of France is" --dtype bf16 --device cuda:0
+  parallax generate --model Qwen3-0.6B --prompts-file prompts.txt --batch 16 --max-tokens 64 --device cuda:0 > out.jsonl
 `
 
 func runGenerate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("generate", generateUsage, generateExamples, stdout)
 	dir := fs.String("model", "run", "model directory")
-	prompt := fs.String("prompt", "", "text to continue (this or --prompt-file is required)")
+	prompt := fs.String("prompt", "", "text to continue (this, --prompt-file or --prompts-file is required)")
 	promptFile := fs.String("prompt-file", "", "read the text to continue from a file (- for standard input)")
+	promptsFile := fs.String("prompts-file", "", "continue every non-blank line of a file (- for standard input) as its own prompt, all batched; prints JSONL")
+	batch := fs.Int("batch", 0, fmt.Sprintf("with --prompts-file: sequences decoded together (0: all prompts, at most %d)", maxAutoBatch))
 	stops := fs.StringArray("stop", nil, "stop at this text (repeatable)")
 	maxTokens := fs.Int("max-tokens", 200, "tokens to generate at most")
 	temp := fs.Float64("temperature", 0.8, "sampling temperature (0: greedy)")
@@ -52,7 +70,19 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	if err := noArgs(fs); err != nil {
 		return err
 	}
-	if *promptFile != "" {
+	batchMode := fs.Changed("prompts-file")
+	switch {
+	case batchMode && (fs.Changed("prompt") || fs.Changed("prompt-file")):
+		return usagef("give --prompts-file or --prompt/--prompt-file, not both")
+	case batchMode && *promptsFile == "":
+		return usagef("--prompts-file wants a file name (- for standard input)")
+	case !batchMode && fs.Changed("batch"):
+		return usagef("--batch applies only with --prompts-file")
+	}
+	if err := checkFlags(fs, numFlag("batch").atLeast(1).atMost(maxBatchSlots).or(0, fmt.Sprintf("all prompts, at most %d", maxAutoBatch))); err != nil {
+		return err
+	}
+	if !batchMode && *promptFile != "" {
 		if *prompt != "" {
 			return usagef("give --prompt or --prompt-file, not both")
 		}
@@ -62,8 +92,8 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 		}
 		*prompt = string(b)
 	}
-	if *prompt == "" {
-		return usagef("--prompt is required (or --prompt-file)")
+	if !batchMode && *prompt == "" {
+		return usagef("--prompt is required (or --prompt-file, or --prompts-file for many)")
 	}
 	for _, s := range *stops {
 		if s == "" {
@@ -82,6 +112,13 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var prompts []batchPrompt
+	if batchMode {
+		// Read before the model loads, so that a bad file fails at once.
+		if prompts, err = readPrompts(*promptsFile); err != nil {
+			return err
+		}
+	}
 	tok, err := loadTokenizer(*dir)
 	if err != nil {
 		return err
@@ -99,6 +136,16 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	suppress := undecodable(tok, m.Config.Vocab, stop)
 	if len(suppress) == m.Config.Vocab {
 		return fmt.Errorf("the tokenizer in %s decodes none of the model's %d ids", *dir, m.Config.Vocab)
+	}
+	if batchMode {
+		return generateBatch(m, tok, prompts, batchOptions{
+			slots:     *batch,
+			maxTokens: *maxTokens,
+			sample:    model.SampleOptions{Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed},
+			stop:      stop,
+			suppress:  suppress,
+			stopTexts: *stops,
+		}, stdout)
 	}
 	ids := tok.EncodeHF(*prompt, true)
 	n := *maxTokens

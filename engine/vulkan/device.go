@@ -39,6 +39,9 @@ type Device struct {
 	coop     bool       // NV cooperative-matrix kernels (matmul and attention)
 	mm       matmulPath // the cooperative-matrix matmul kernel, if any
 	subgroup int        // subgroup size
+	khrAttn  int        // attn_fwd_coop_khr's fragment edge; 0: not run (khrAttnWhy)
+
+	khrAttnWhy string // why attn_fwd_coop_khr is not run, where the matmul path is KHR
 
 	fenceSpin time.Duration // how long a wait polls a fence before blocking (fenceSpinFor)
 
@@ -122,7 +125,7 @@ func (d *Device) SetOptions(o Options) error {
 		return errors.New("vulkan: push descriptors, 16-bit storage, pipeline statistics and the cooperative-matrix path are chosen at open (OpenWith)")
 	}
 	d.opts = o
-	d.info.Kernels = o.kernels(d.mm, d.subgroup == 32)
+	d.info.Kernels = d.kernels(o)
 	return nil
 }
 
@@ -133,7 +136,7 @@ func (p *physDevice) listedKernels() map[string]string {
 	if err != nil {
 		return map[string]string{"options": err.Error()}
 	}
-	return o.kernels(p.matmulPath(o), p.x.subgroupSize == 32)
+	return o.kernels(p.matmulPath(o), int(p.x.subgroupSize))
 }
 
 // newDeviceWith creates the logical device for p under options o.
@@ -243,8 +246,31 @@ func newDeviceWith(rt *vkRuntime, p *physDevice, present bool, o Options) (*Devi
 			p.pathFeatures(d.info.Features, d.mm)
 		}
 	}
-	d.info.Kernels = o.kernels(d.mm, d.subgroup == 32)
+	if d.mm.kind == coopKHR {
+		// So is the KHR attention forward, where the device takes it.
+		f, why := khrAttention(d.mm, d.subgroup)
+		if why == "" {
+			d.khrAttn = f
+			if why = d.checkAttnKHR(); why != "" {
+				d.khrAttn = 0
+				why = "self-test: " + why
+				d.info.Features["attention path"] = "scalar (KHR attention forward " + why + ")"
+			}
+		}
+		d.khrAttnWhy = why
+	}
+	d.info.Kernels = d.kernels(o)
 	return d, nil
+}
+
+// kernels is DeviceInfo.Kernels under o for the open device: o.kernels,
+// with the KHR attention forward dropped where its self-test failed.
+func (d *Device) kernels(o Options) map[string]string {
+	m := o.kernels(d.mm, d.subgroup)
+	if d.mm.kind == coopKHR && d.khrAttn == 0 && o.Attention != "scalar" {
+		m["attention forward"] = "attn_fwd (scalar; KHR: " + d.khrAttnWhy + ")"
+	}
+	return m
 }
 
 // init sets up memory, the batcher and the pipeline cache.

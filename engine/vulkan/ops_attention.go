@@ -118,6 +118,9 @@ func (d *Device) attnForward(c fwdCall) error {
 	if d.useFwdCoop(c) {
 		return d.attnForwardCoop(c)
 	}
+	if d.useFwdCoopKHR(c) {
+		return d.attnForwardCoopKHR(c)
+	}
 	tl, err := d.planAttn(kFwd, dm.D, rows, c.mode == modeSoftmax, c.hasR)
 	if err != nil {
 		return err

@@ -137,12 +137,12 @@ func (o Options) Validate() error {
 func optionsFromEnv() (Options, error) { return ParseOptions(os.Getenv) }
 
 // kernels describes the kernels a device runs under o, given its
-// cooperative-matrix matmul path (mm) and whether its subgroups are 32
-// wide (the tensor-core attention kernels' requirement):
+// cooperative-matrix matmul path (mm) and its subgroup size sg (the NV
+// tensor-core attention kernels need 32; the KHR forward, khrAttention):
 // DeviceInfo.Kernels.
-func (o Options) kernels(mm matmulPath, sg32 bool) map[string]string {
+func (o Options) kernels(mm matmulPath, sg int) map[string]string {
 	coop := mm.kind == coopNV
-	tc := coop && sg32
+	tc := coop && sg == 32
 	m := map[string]string{
 		"matmul":             "matmul (scalar)",
 		"attention forward":  "attn_fwd (scalar)",
@@ -158,6 +158,9 @@ func (o Options) kernels(mm matmulPath, sg32 bool) map[string]string {
 	if !o.NoGEMV {
 		m["matmul"] = "gemv (1 to 8 rows against a weight), " + m["matmul"]
 		m["linear int8"] = "qmatmul (1 to 8 rows; up to four weights, or gate and up with the SwiGLU, the RMSNorm folded in), else " + m["linear int8"]
+	}
+	if f, why := khrAttention(mm, sg); mm.kind == coopKHR && why == "" && o.Attention != "scalar" {
+		m["attention forward"] = fmt.Sprintf("attn_fwd_coop_khr (16-bit, %dx%dx%d fragments, D%%16 = 0 up to 128) + attn_fwd", f, f, f)
 	}
 	if tc && o.Attention != "scalar" {
 		m["attention forward"] = "attn_fwd_coop (16-bit, D%16 = 0 up to 128) + attn_fwd"

@@ -33,37 +33,43 @@ func TestParseOptions(t *testing.T) {
 func TestOptionsKernels(t *testing.T) {
 	nv := matmulPath{kind: coopNV}
 	khr := matmulPath{kind: coopKHR, shape: coopShape{M: 8, N: 8, K: 8}}
+	khr16 := matmulPath{kind: coopKHR, shape: coopShape{M: 16, N: 16, K: 16}}
 	none := matmulPath{}
 	for _, tc := range []struct {
 		o      Options
 		mm     matmulPath
-		sg32   bool
+		sg     int
 		family string
 		has    string
 	}{
-		{Options{}, nv, true, "attention forward", "attn_fwd_coop"},
-		{Options{Attention: "scalar"}, nv, true, "attention forward", "attn_fwd (scalar)"},
-		{Options{}, none, true, "attention backward", "attn_dq + attn_dkv"},
-		{Options{}, nv, true, "decode", "attn_decode_coop8"},
-		{Options{Decode: "generic"}, nv, true, "decode", "generic"},
-		{Options{Decode: "wide", DecodeVariant: "sh16"}, nv, true, "decode", "attn_decode_coop.sh16"},
-		{Options{DecodeVariant: "plain"}, none, false, "decode", "attn_decode (at most"},
-		{Options{}, nv, false, "matmul", "matmul_coop"},
-		{Options{}, none, false, "matmul", "gemv"},
-		{Options{NoGEMV: true}, none, false, "matmul", "matmul (scalar)"},
-		{Options{}, none, false, "linear int8", "qmatmul"},
-		{Options{NoGEMV: true}, none, false, "linear int8", "qdequant + matmul"},
-		{Options{}, khr, false, "matmul", "matmul_coop_khr (f16 inputs, 8x8x8 fragments)"},
-		{Options{}, khr, true, "attention forward", "attn_fwd (scalar)"},
+		{Options{}, nv, 32, "attention forward", "attn_fwd_coop"},
+		{Options{Attention: "scalar"}, nv, 32, "attention forward", "attn_fwd (scalar)"},
+		{Options{}, none, 32, "attention backward", "attn_dq + attn_dkv"},
+		{Options{}, nv, 32, "decode", "attn_decode_coop8"},
+		{Options{Decode: "generic"}, nv, 32, "decode", "generic"},
+		{Options{Decode: "wide", DecodeVariant: "sh16"}, nv, 32, "decode", "attn_decode_coop.sh16"},
+		{Options{DecodeVariant: "plain"}, none, 8, "decode", "attn_decode (at most"},
+		{Options{}, nv, 8, "matmul", "matmul_coop"},
+		{Options{}, none, 8, "matmul", "gemv"},
+		{Options{NoGEMV: true}, none, 8, "matmul", "matmul (scalar)"},
+		{Options{}, none, 8, "linear int8", "qmatmul"},
+		{Options{NoGEMV: true}, none, 8, "linear int8", "qdequant + matmul"},
+		{Options{}, khr, 8, "matmul", "matmul_coop_khr (f16 inputs, 8x8x8 fragments)"},
+		{Options{}, khr, 32, "attention forward", "attn_fwd (scalar)"}, // 2 keys an invocation: not taken
+		{Options{}, khr, 8, "attention forward", "attn_fwd_coop_khr (16-bit, 8x8x8 fragments"},
+		{Options{Attention: "scalar"}, khr, 8, "attention forward", "attn_fwd (scalar)"},
+		{Options{}, khr16, 32, "attention forward", "attn_fwd_coop_khr (16-bit, 16x16x16 fragments"},
+		{Options{}, khr16, 64, "attention forward", "attn_fwd_coop_khr"},
+		{Options{}, khr16, 16, "attention forward", "attn_fwd (scalar)"}, // 16 keys an invocation: not taken
 	} {
-		k := tc.o.kernels(tc.mm, tc.sg32)
+		k := tc.o.kernels(tc.mm, tc.sg)
 		for _, f := range []string{"matmul", "linear int8", "attention forward", "attention backward", "decode"} {
 			if k[f] == "" {
 				t.Errorf("%+v: no %q entry in %v", tc.o, f, k)
 			}
 		}
 		if !strings.Contains(k[tc.family], tc.has) {
-			t.Errorf("%+v (matmul path %v, 32-wide %v): %s = %q, want it to name %q", tc.o, tc.mm.kind, tc.sg32, tc.family, k[tc.family], tc.has)
+			t.Errorf("%+v (matmul path %v, %d-wide subgroups): %s = %q, want it to name %q", tc.o, tc.mm.kind, tc.sg, tc.family, k[tc.family], tc.has)
 		}
 	}
 }

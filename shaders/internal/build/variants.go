@@ -73,6 +73,9 @@ var Variants = func() []Variant {
 	}
 	// Prefill / training attention forward on tensor cores.
 	vs = append(vs, Variant{Name: "attn_fwd_coop", Source: "attn_fwd_coop", Target: "vulkan1.1"})
+	// ... and through GL_KHR_cooperative_matrix, the fragment edge and the
+	// subgroup size specialization constants.
+	vs = append(vs, Variant{Name: "attn_fwd_coop_khr", Source: "attn_fwd_coop_khr", Target: "vulkan1.1", KHR: true})
 	// ... and its backward: the column-parallel (dk, dv) and row-parallel
 	// (dq, dr) kernels.
 	vs = append(vs,

@@ -46,8 +46,8 @@ KHR_RUN := $(CURDIR)/.ci/cache/lvp-khr/bin/vk-run
 test: setup fmt-check vet spirv-check
 	@khr=; if [ -x "$(KHR_RUN)" ]; then khr="PARALLAX_VULKAN_KHR_RUN=$(KHR_RUN)"; fi; \
 	if [ -e "$(NVRTC_DIR)/libnvrtc.so.12" ]; then \
-		echo "$$khr PARALLAX_CUDA_LIB_DIRS=$(NVRTC_DIR) PARALLAX_REQUIRE_NVRTC=1 $(GO) test ./..."; \
-		env $$khr PARALLAX_CUDA_LIB_DIRS="$(NVRTC_DIR)" PARALLAX_REQUIRE_NVRTC=1 $(GO) test ./...; \
+		echo "$$khr PARALLAX_CUDA_LIB_DIRS=$(NVRTC_DIR) PARALLAX_REQUIRE_NVRTC=1 $(GO) test -timeout 30m ./..."; \
+		env $$khr PARALLAX_CUDA_LIB_DIRS="$(NVRTC_DIR)" PARALLAX_REQUIRE_NVRTC=1 $(GO) test -timeout 30m ./...; \
 	else \
 		echo "$$khr $(GO) test ./..."; env $$khr $(GO) test ./...; \
 	fi

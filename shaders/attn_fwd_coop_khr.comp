@@ -38,6 +38,7 @@
 #include "common.glsl"
 #include "attn.glsl"
 #include "coop.glsl"
+#include "coop_khr.glsl"
 
 layout(constant_id = 1) const uint D = 128;
 layout(constant_id = 2) const uint F = 16;
@@ -74,14 +75,6 @@ shared float16_t sP[NSG * 2u * FF];   // per subgroup: P1, then P2
 shared float sAl[BR], sM[BR], sD1[BR], sD2[BR];
 shared uint sLo[BR], sHi[BR];
 shared uint sResc[NSG];
-
-#define FRAG_A coopmat<float16_t, gl_ScopeSubgroup, F, F, gl_MatrixUseA>
-#define FRAG_B coopmat<float16_t, gl_ScopeSubgroup, F, F, gl_MatrixUseB>
-#define FRAG_C coopmat<float, gl_ScopeSubgroup, F, F, gl_MatrixUseAccumulator>
-#define ROW_MAJOR gl_CooperativeMatrixLayoutRowMajor
-#define COL_MAJOR gl_CooperativeMatrixLayoutColumnMajor
-
-#define PX_FRAGS(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15)
 
 #define PX_ODECL(n) FRAG_C o1##n = FRAG_C(0.0), o2##n = FRAG_C(0.0);
 // S += Q_n K_n^T (and T += R_n K_n^T): K^T's (d, key) is sK[key SD + d].
@@ -173,23 +166,6 @@ float rowSum(float v) {
 	return v;
 }
 
-// stage16 stores piece e of a tile (key e / NP, 8 dims from 8 (e % NP)) as
-// f16 into buf.
-#define PX_STAGE(buf, src)                                                       \
-	for (uint e = t; e < BC * NP; e += WG) {                                     \
-		uint key = t0 + e / NP;                                                  \
-		uvec4 w = uvec4(0u);                                                     \
-		if (key < kmax) {                                                        \
-			w = px_half8(src[(kvbase + key) * NP + e % NP], K_dt == DT_BF16);    \
-		}                                                                        \
-		uint base = (e / NP) * SD + 8u * (e % NP);                               \
-		PX_UNROLL for (uint i = 0u; i < 4u; i++) {                               \
-			vec2 h = unpackHalf2x16(w[i]);                                       \
-			buf[base + 2u * i] = float16_t(h.x);                                 \
-			buf[base + 2u * i + 1u] = float16_t(h.y);                            \
-		}                                                                        \
-	}
-
 void main() {
 	uint t = gl_LocalInvocationID.x, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
 	uint g = px_group();
@@ -236,8 +212,8 @@ void main() {
 	bool bad = false;
 	PX_FRAGS(PX_ODECL)
 	for (uint t0 = kmin; t0 < kmax; t0 += BC) {
-		PX_STAGE(sK, K4)
-		PX_STAGE(sV, V4)
+		PX_STAGE(sK, K4, t0, BC, kmax)
+		PX_STAGE(sV, V4, t0, BC, kmax)
 		barrier();
 
 		FRAG_C s = FRAG_C(0.0), tt = FRAG_C(0.0);

@@ -247,14 +247,14 @@ func newDeviceWith(rt *vkRuntime, p *physDevice, present bool, o Options) (*Devi
 		}
 	}
 	if d.mm.kind == coopKHR {
-		// So is the KHR attention forward, where the device takes it.
+		// So are the KHR attention kernels, where the device takes them.
 		f, why := khrAttention(d.mm, d.subgroup)
 		if why == "" {
 			d.khrAttn = f
 			if why = d.checkAttnKHR(); why != "" {
 				d.khrAttn = 0
 				why = "self-test: " + why
-				d.info.Features["attention path"] = "scalar (KHR attention forward " + why + ")"
+				d.info.Features["attention path"] = "scalar (KHR attention " + why + ")"
 			}
 		}
 		d.khrAttnWhy = why
@@ -269,6 +269,7 @@ func (d *Device) kernels(o Options) map[string]string {
 	m := o.kernels(d.mm, d.subgroup)
 	if d.mm.kind == coopKHR && d.khrAttn == 0 && o.Attention != "scalar" {
 		m["attention forward"] = "attn_fwd (scalar; KHR: " + d.khrAttnWhy + ")"
+		m["attention backward"] = "attn_bwd_pre, then attn_dq + attn_dkv (scalar; KHR: " + d.khrAttnWhy + ")"
 	}
 	return m
 }

@@ -343,9 +343,9 @@ func (p *physDevice) pathFeatures(f map[string]string, mm matmulPath) {
 	case coopKHR:
 		f["matmul path"] = "cooperative matrix (KHR, f16 inputs) + scalar: " + mm.why
 		if e, why := khrAttention(mm, int(p.x.subgroupSize)); why == "" {
-			f["attention path"] = fmt.Sprintf("cooperative matrix (KHR, f16 operands, %dx%dx%d) for the 16-bit attention forward + scalar (backward and decode)", e, e, e)
+			f["attention path"] = fmt.Sprintf("cooperative matrix (KHR, f16 operands, %dx%dx%d) for 16-bit attention and its backward + scalar (decode)", e, e, e)
 		} else {
-			f["attention path"] = "scalar (KHR attention forward: " + why + "; backward and decode are NV-only)"
+			f["attention path"] = "scalar (KHR attention: " + why + "; decode is NV-only)"
 		}
 	default:
 		f["matmul path"] = "scalar (coopmat: " + mm.why + ")"

@@ -563,6 +563,8 @@ func (d *Device) attnBackward(c bwdCall) error {
 	nrows := dm.B * dm.Hq * dm.Lq
 	softmax := c.mode == modeSoftmax
 	coop := d.useBwdCoop(c)
+	khr := !coop && d.useBwdCoopKHR(c)
+	coop = coop || khr
 	stats := d.none()
 	if (softmax || c.hasR && c.mode == modeAffine) && nrows > 0 {
 		// T and Bv per row; for the tensor-core kernels also the largest
@@ -585,7 +587,10 @@ func (d *Device) attnBackward(c bwdCall) error {
 		}
 		stats.write = false
 	}
-	if coop {
+	switch {
+	case khr:
+		return d.attnBackwardCoopKHR(c, stats)
+	case coop:
 		return d.attnBackwardCoop(c, stats)
 	}
 	if rows > 0 && (softmax || c.hasR) {

@@ -7,11 +7,12 @@ import (
 	"github.com/parallax-engine/parallax/engine"
 )
 
-// The attention forward through GL_KHR_cooperative_matrix
-// (shaders/attn_fwd_coop_khr.comp): attn_fwd_coop's algorithm with the
-// fragment edge and the subgroup size taken from the device, for the GPUs
-// without VK_NV_cooperative_matrix (AMD, Intel) and for lavapipe, where CI
-// certifies it.
+// Attention and its backward through GL_KHR_cooperative_matrix
+// (shaders/attn_fwd_coop_khr.comp, attn_dq_coop_khr.comp,
+// attn_dkv_coop_khr.comp): the NV kernels' algorithms with the fragment
+// edge and the subgroup size taken from the device, for the GPUs without
+// VK_NV_cooperative_matrix (AMD, Intel) and for lavapipe, where CI
+// certifies them.
 
 // subgroupShuffle is VK_SUBGROUP_FEATURE_SHUFFLE_BIT: the KHR forward
 // reduces a row's softmax statistics over its invocations by shuffles.
@@ -62,12 +63,7 @@ func (d *Device) useFwdCoopKHR(c fwdCall) bool {
 	if c.hasR {
 		dts = append(dts, c.r.dt)
 	}
-	for _, dt := range dts {
-		if dt != engine.BF16 && dt != engine.F16 {
-			return false
-		}
-	}
-	return khrAttnShared(dm.D, f) <= int(d.pd.lim.maxSharedMemory)
+	return sixteenBit(dts...) && khrAttnShared(dm.D, f) <= int(d.pd.lim.maxSharedMemory)
 }
 
 // attnForwardCoopKHR runs attn_fwd_coop_khr: a workgroup of two subgroups
@@ -84,64 +80,141 @@ func (d *Device) attnForwardCoopKHR(c fwdCall) error {
 		c.q, c.k, c.v, c.r, c.o, c.lse, c.vb, c.tb, d.statusArg())
 }
 
-// checkAttnKHR runs a small causal Parallax forward (two heads of a GQA
-// group, a ragged last row block, f16 operands, the statistics saved)
-// through attn_fwd_coop_khr and through the scalar kernel and returns why
-// the former is not kept: an error, or outputs further apart than f16's
-// rounding of the probabilities allows.
+// checkAttnKHR runs a small causal Parallax forward and backward (two
+// heads of a GQA group, a ragged last row block, f16 operands) through the
+// KHR kernels and through the scalar ones and returns why the former are
+// not kept: an error, or results further apart than f16's rounding of the
+// probabilities and their gradients allows.
 func (d *Device) checkAttnKHR() string {
-	const B, Hq, Hkv, L, D = 1, 2, 1, 37, 32
-	var ins []*engine.Tensor
+	const B, Hq, Hkv, L, D = 1, 2, 1, 37, 16
+	var ts []*engine.Tensor
 	defer func() {
-		for _, t := range ins {
+		for _, t := range ts {
 			d.Free(t)
 		}
 	}()
-	for i, h := range []int{Hq, Hkv, Hkv, Hq} {
-		t, err := engine.FromFloat32(d, engine.F16, selfTestValues(B*h*L*D, uint32(i+1)), B, h, L, D)
+	var err error
+	newT := func(dt engine.DType, vals []float32, shape ...int) *engine.Tensor {
 		if err != nil {
-			return err.Error()
+			return nil
 		}
-		ins = append(ins, t)
+		var t *engine.Tensor
+		if vals != nil {
+			t, err = engine.FromFloat32(d, dt, vals, shape...)
+		} else {
+			t, err = d.Alloc(dt, shape...)
+		}
+		if err == nil {
+			ts = append(ts, t)
+		}
+		return t
+	}
+	q, k := newT(engine.F16, selfTestValues(B*Hq*L*D, 1), B, Hq, L, D), newT(engine.F16, selfTestValues(B*Hkv*L*D, 2), B, Hkv, L, D)
+	v, r := newT(engine.F16, selfTestValues(B*Hkv*L*D, 3), B, Hkv, L, D), newT(engine.F16, selfTestValues(B*Hq*L*D, 4), B, Hq, L, D)
+	do := newT(engine.F16, selfTestValues(B*Hq*L*D, 5), B, Hq, L, D)
+	if err != nil {
+		return err.Error()
 	}
 	saved := d.opts.Attention
 	defer func() { d.opts.Attention = saved }()
-	var got [2][]float32
+	var got [2][5][]float32 // o, dq, dk, dv, dr
 	for i, path := range []string{saved, "scalar"} {
 		d.opts.Attention = path
-		o, err := d.Alloc(engine.F32, B, Hq, L, D)
-		if err != nil {
-			return err.Error()
-		}
-		lse, err := d.Alloc(engine.F32, B, Hq, L)
-		if err != nil {
-			d.Free(o)
-			return err.Error()
-		}
-		err = d.Attention(engine.AttentionArgs{Q: ins[0], K: ins[1], V: ins[2], R: ins[3], O: o, LSE: lse,
-			AttentionOpts: engine.AttentionOpts{Causal: true}})
+		fa := engine.AttentionArgs{Q: q, K: k, V: v, R: r, O: newT(engine.F32, nil, B, Hq, L, D),
+			LSE: newT(engine.F32, nil, B, Hq, L), Vbar: newT(engine.F32, nil, B, Hq, L, D), Tbar: newT(engine.F32, nil, B, Hq, L),
+			AttentionOpts: engine.AttentionOpts{Causal: true}}
+		ba := engine.AttentionBackwardArgs{Q: q, K: k, V: v, R: r, O: fa.O, DO: do, LSE: fa.LSE, Vbar: fa.Vbar, Tbar: fa.Tbar,
+			DQ: newT(engine.F32, nil, B, Hq, L, D), DK: newT(engine.F32, nil, B, Hkv, L, D), DV: newT(engine.F32, nil, B, Hkv, L, D),
+			DR: newT(engine.F32, nil, B, Hq, L, D), AttentionOpts: fa.AttentionOpts}
 		if err == nil {
-			got[i], err = engine.Float32s(o)
+			err = d.Attention(fa)
+		}
+		if err == nil {
+			err = d.AttentionBackward(ba)
+		}
+		for j, t := range []*engine.Tensor{fa.O, ba.DQ, ba.DK, ba.DV, ba.DR} {
+			if err == nil {
+				got[i][j], err = engine.Float32s(t)
+			}
 		}
 		if err == nil {
 			err = d.Sync()
 		}
-		d.Free(o)
-		d.Free(lse)
 		if err != nil {
 			return err.Error()
 		}
 	}
-	var worst, scale float64
-	for i := range got[0] {
-		worst = max(worst, math.Abs(float64(got[0][i]-got[1][i])))
-		scale = max(scale, math.Abs(float64(got[1][i])))
-	}
-	// The probabilities and P T are rounded to f16 (2^-11 relative) before
-	// their products: a few times that of the output's scale, where a
-	// misplaced fragment or row would be off by the whole scale.
-	if !(worst <= 1e-2*max(scale, 1)) {
-		return fmt.Sprintf("mismatch %.3g against the scalar kernel", worst)
+	// The probabilities, P T and the gradients' dS, dT and W are rounded
+	// to f16 (2^-11 relative) before their products: a few times that of
+	// each result's scale, where a misplaced fragment, row or key would be
+	// off by the whole scale.
+	for j, name := range []string{"o", "dq", "dk", "dv", "dr"} {
+		var worst, scale float64
+		for e := range got[1][j] {
+			worst = max(worst, math.Abs(float64(got[0][j][e]-got[1][j][e])))
+			scale = max(scale, math.Abs(float64(got[1][j][e])))
+		}
+		if !(worst <= 1e-2*max(scale, 1e-3)) {
+			return fmt.Sprintf("%s: mismatch %.3g against the scalar kernels (scale %.3g)", name, worst, scale)
+		}
 	}
 	return ""
+}
+
+// khrBwdShared is the larger shared memory of attn_dq_coop_khr and
+// attn_dkv_coop_khr at head dimension D and fragment edge f.
+func khrBwdShared(D, f int) int {
+	sd, ff := D+8, f*f
+	rows := 2*3*2*f*sd + 2*2*f*sd + 4*2*3*ff + 2*2*2*ff + 6*4*2*f
+	cols := 2*2*2*f*sd + 2*3*f*sd + 4*2*3*ff + 2*2*3*ff + 6*4*f + 2*4*64
+	return max(rows, cols)
+}
+
+// useBwdCoopKHR reports whether attn_dq_coop_khr and attn_dkv_coop_khr
+// serve a backward: the operands useBwdCoop takes (softmax or Parallax,
+// 16-bit Q, K, V, dO and R, K and V of one dtype, GQA groups of at most
+// 64 heads) with the KHR forward's head dimensions and device conditions.
+func (d *Device) useBwdCoopKHR(c bwdCall) bool {
+	f, dm := d.khrAttn, c.dims
+	if f == 0 || c.mode != modeSoftmax || d.opts.Attention == "scalar" || c.k.dt != c.v.dt || dm.G > 64 ||
+		dm.D%16 != 0 || dm.D > 128 || !d.hasSubgroupOps(subgroupBasic|subgroupVote) {
+		return false
+	}
+	dts := []engine.DType{c.q.dt, c.k.dt, c.g.dt}
+	if c.hasR {
+		dts = append(dts, c.r.dt)
+	}
+	return sixteenBit(dts...) && khrBwdShared(dm.D, f) <= int(d.pd.lim.maxSharedMemory)
+}
+
+// attnBackwardCoopKHR runs the KHR backward after the pre-pass: dq and dr
+// per 2 F rows, dk and dv per 2 F keys of each (sequence, KV head).
+func (d *Device) attnBackwardCoopKHR(c bwdCall, stats arg) error {
+	dm, f := c.dims, d.khrAttn
+	sp := spec{1: uint32(dm.D), 2: uint32(f), 3: uint32(d.subgroup), 5: flag(c.hasR)}
+	launch := func(kernel string, n int, outA, outB arg) error {
+		if n == 0 {
+			return nil
+		}
+		nb := (n + 2*f - 1) / (2 * f)
+		pc := push(uint32(dm.B), uint32(dm.Hq), uint32(dm.Hkv), uint32(dm.G), uint32(dm.Lq), uint32(dm.Lk),
+			dm.Causal, uint32(dm.Window), dm.Scale, uint32(1), uint32(nb), uint32(0))
+		return d.launch(kernel, 2*d.subgroup, sp, pc, d.groups1(dm.B*dm.Hkv*nb),
+			c.q, c.k, c.v, c.r, c.g, c.lse, c.tb, stats, outA, outB, d.statusArg())
+	}
+	if err := launch("attn_dq_coop_khr", dm.G*dm.Lq, c.dq, c.dr); err != nil {
+		return err
+	}
+	return launch("attn_dkv_coop_khr", dm.Lk, c.dk, c.dv)
+}
+
+// sixteenBit reports whether every dtype is bf16 or f16: the tensor-core
+// attention kernels' operands.
+func sixteenBit(dts ...engine.DType) bool {
+	for _, dt := range dts {
+		if dt != engine.BF16 && dt != engine.F16 {
+			return false
+		}
+	}
+	return true
 }

@@ -161,6 +161,7 @@ func (o Options) kernels(mm matmulPath, sg int) map[string]string {
 	}
 	if f, why := khrAttention(mm, sg); mm.kind == coopKHR && why == "" && o.Attention != "scalar" {
 		m["attention forward"] = fmt.Sprintf("attn_fwd_coop_khr (16-bit, %dx%dx%d fragments, D%%16 = 0 up to 128) + attn_fwd", f, f, f)
+		m["attention backward"] = "attn_bwd_pre, then attn_dq_coop_khr + attn_dkv_coop_khr (16-bit, D%16 = 0 up to 128) or attn_dq + attn_dkv"
 	}
 	if tc && o.Attention != "scalar" {
 		m["attention forward"] = "attn_fwd_coop (16-bit, D%16 = 0 up to 128) + attn_fwd"

@@ -57,6 +57,8 @@ func TestOptionsKernels(t *testing.T) {
 		{Options{}, khr, 8, "matmul", "matmul_coop_khr (f16 inputs, 8x8x8 fragments)"},
 		{Options{}, khr, 32, "attention forward", "attn_fwd (scalar)"}, // 2 keys an invocation: not taken
 		{Options{}, khr, 8, "attention forward", "attn_fwd_coop_khr (16-bit, 8x8x8 fragments"},
+		{Options{}, khr, 8, "attention backward", "attn_dq_coop_khr + attn_dkv_coop_khr"},
+		{Options{Attention: "scalar"}, khr, 8, "attention backward", "attn_dq + attn_dkv (scalar)"},
 		{Options{Attention: "scalar"}, khr, 8, "attention forward", "attn_fwd (scalar)"},
 		{Options{}, khr16, 32, "attention forward", "attn_fwd_coop_khr (16-bit, 16x16x16 fragments"},
 		{Options{}, khr16, 64, "attention forward", "attn_fwd_coop_khr"},

@@ -81,6 +81,10 @@ var Variants = func() []Variant {
 	vs = append(vs,
 		Variant{Name: "attn_dkv_coop", Source: "attn_dkv_coop", Target: "vulkan1.1"},
 		Variant{Name: "attn_dq_coop", Source: "attn_dq_coop", Target: "vulkan1.1"})
+	// ... and through GL_KHR_cooperative_matrix, as the KHR forward.
+	vs = append(vs,
+		Variant{Name: "attn_dkv_coop_khr", Source: "attn_dkv_coop_khr", Target: "vulkan1.1", KHR: true},
+		Variant{Name: "attn_dq_coop_khr", Source: "attn_dq_coop_khr", Target: "vulkan1.1", KHR: true})
 	// parallax-view's frame: into the swapchain image in its own format
 	// (shaderStorageImageWriteWithoutFormat) or into an RGBA8 image.
 	vs = append(vs,

@@ -39,9 +39,9 @@ type Device struct {
 	coop     bool       // NV cooperative-matrix kernels (matmul and attention)
 	mm       matmulPath // the cooperative-matrix matmul kernel, if any
 	subgroup int        // subgroup size
-	khrAttn  int        // attn_fwd_coop_khr's fragment edge; 0: not run (khrAttnWhy)
+	khrAttn  int        // the KHR attention kernels' fragment edge; 0: not run (khrAttnWhy)
 
-	khrAttnWhy string // why attn_fwd_coop_khr is not run, where the matmul path is KHR
+	khrAttnWhy string // why the KHR attention kernels are not run, where the matmul path is KHR
 
 	fenceSpin time.Duration // how long a wait polls a fence before blocking (fenceSpinFor)
 
@@ -264,7 +264,7 @@ func newDeviceWith(rt *vkRuntime, p *physDevice, present bool, o Options) (*Devi
 }
 
 // kernels is DeviceInfo.Kernels under o for the open device: o.kernels,
-// with the KHR attention forward dropped where its self-test failed.
+// with the KHR attention kernels dropped where their self-test failed.
 func (d *Device) kernels(o Options) map[string]string {
 	m := o.kernels(d.mm, d.subgroup)
 	if d.mm.kind == coopKHR && d.khrAttn == 0 && o.Attention != "scalar" {

@@ -213,6 +213,59 @@ func (m *Model) Prefill(bc *BatchCache, slot int, tokens []int32) ([]float32, er
 // runs, the others with a dummy token appended to their scratch position,
 // so the result of each sequence is independent of the others in the step.
 func (m *Model) StepSlots(bc *BatchCache, slots []int, tokens []int32) ([]float32, error) {
+	logits, err := m.stepSlots(bc, slots, tokens)
+	if err != nil {
+		return nil, err
+	}
+	all, err := m.readLogits(logits)
+	if err != nil {
+		return nil, fmt.Errorf("step slots: %w", err)
+	}
+	for _, s := range slots {
+		bc.lens[s]++
+	}
+	V := m.Config.Vocab
+	out := make([]float32, 0, len(slots)*V)
+	for _, s := range slots {
+		out = append(out, all[s*V:(s+1)*V]...)
+	}
+	return out, nil
+}
+
+// StepSlotsGreedy is StepSlots followed by greedy sampling on the device
+// over the first classes ids (1 <= classes <= V; ids past them are never
+// chosen): it returns the next token of each slots[i], the argmax of its
+// logits (the lowest id among equal maxima, as Sampler's greedy choice),
+// and reads back only the slots' ids rather than their logits. Logits
+// holding a NaN are an error.
+func (m *Model) StepSlotsGreedy(bc *BatchCache, slots []int, tokens []int32, classes int) ([]int32, error) {
+	if classes < 1 || classes > m.Config.Vocab {
+		return nil, fmt.Errorf("step slots greedy: %d classes outside [1, %d]", classes, m.Config.Vocab)
+	}
+	logits, err := m.stepSlots(bc, slots, tokens)
+	if err != nil {
+		return nil, err
+	}
+	all, err := m.argMax(bc.kv, logits, classes)
+	if err != nil {
+		return nil, fmt.Errorf("step slots greedy: %w", err)
+	}
+	out := make([]int32, len(slots))
+	for i, s := range slots {
+		if out[i] = all[s]; out[i] < 0 {
+			return nil, fmt.Errorf("step slots greedy: the logits of slot %d are not finite", s)
+		}
+	}
+	for _, s := range slots {
+		bc.lens[s]++
+	}
+	return out, nil
+}
+
+// stepSlots runs StepSlots up to the logits of every slot on the device
+// ([Slots, W], W the padded vocabulary); the caller advances the slots'
+// lengths once it has read what it needs.
+func (m *Model) stepSlots(bc *BatchCache, slots []int, tokens []int32) (*engine.Tensor, error) {
 	if bc == nil || bc.kv == nil {
 		return nil, errors.New("step slots: no batch cache")
 	}
@@ -270,16 +323,5 @@ func (m *Model) StepSlots(bc *BatchCache, slots []int, tokens []int32) ([]float3
 			return nil, fmt.Errorf("step slots: %w", err)
 		}
 	}
-	all, err := m.readLogits(a.logits)
-	if err != nil {
-		return nil, fmt.Errorf("step slots: %w", err)
-	}
-	for _, s := range slots {
-		bc.lens[s]++
-	}
-	out := make([]float32, 0, len(slots)*int(V))
-	for _, s := range slots {
-		out = append(out, all[s*int(V):(s+1)*int(V)]...)
-	}
-	return out, nil
+	return a.logits, nil
 }

@@ -248,3 +248,70 @@ func TestBatchCacheErrors(t *testing.T) {
 		t.Errorf("step of a full slot (%d positions): no error", bc.Len(0))
 	}
 }
+
+// TestStepSlotsGreedy: the device's greedy pick of a ragged step is the
+// argmax (lowest id among ties) of StepSlots' logits over the first
+// classes ids, for every listed slot, step after step on two caches fed
+// alike; classes outside [1, V] are an error.
+func TestStepSlotsGreedy(t *testing.T) {
+	cfg := testConfig("parallax", true)
+	m := newTestModel(t, cfg, 33)
+	V := cfg.Vocab
+	for _, classes := range []int{V, V - 5} {
+		a, err := m.NewBatchCache(3, 24)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := m.NewBatchCache(3, 24)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prompts := map[int][]int32{0: {1, 2, 3}, 2: {4, 5, 6, 7, 8}}
+		slots := []int{0, 2}
+		next := make([]int32, len(slots))
+		for i, s := range slots {
+			if _, err := m.Prefill(a, s, prompts[s]); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.Prefill(b, s, prompts[s]); err != nil {
+				t.Fatal(err)
+			}
+			next[i] = int32(i + 9)
+		}
+		for step := range 4 {
+			logits, err := m.StepSlots(a, slots, next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := m.StepSlotsGreedy(b, slots, next, classes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range slots {
+				row := logits[i*V : i*V+classes]
+				want := 0
+				for j, x := range row {
+					if x > row[want] {
+						want = j
+					}
+				}
+				if int(got[i]) != want {
+					t.Fatalf("classes %d, step %d, slot %d: greedy %d, argmax of the logits %d", classes, step, slots[i], got[i], want)
+				}
+				next[i] = got[i]
+			}
+			for _, s := range slots {
+				if a.Len(s) != b.Len(s) {
+					t.Fatalf("slot %d: length %d after StepSlots, %d after StepSlotsGreedy", s, a.Len(s), b.Len(s))
+				}
+			}
+		}
+		for _, bad := range []int{0, V + 1} {
+			if _, err := m.StepSlotsGreedy(b, slots, next, bad); err == nil {
+				t.Errorf("classes %d: no error", bad)
+			}
+		}
+		a.Free()
+		b.Free()
+	}
+}

@@ -115,15 +115,7 @@ func (m *Model) stepGreedy(kv *KVCache, tokens []int32, B, T, classes int) ([]in
 		// Only the last position's rows: the lastOnly head gives [B, W].
 		return nil, fmt.Errorf("step greedy: logits %v are not one row per sequence", logits.Shape())
 	}
-	if kv.next == nil {
-		if kv.next, err = m.Dev.Alloc(engine.I32, B); err != nil {
-			return nil, fmt.Errorf("step greedy: %w", err)
-		}
-	}
-	if err := engine.ArgMaxRows(m.Dev, kv.next, logits, classes); err != nil {
-		return nil, fmt.Errorf("step greedy: %w", err)
-	}
-	ids, err := engine.Int32s(kv.next)
+	ids, err := m.argMax(kv, logits, classes)
 	if err != nil {
 		return nil, fmt.Errorf("step greedy: %w", err)
 	}
@@ -133,6 +125,23 @@ func (m *Model) stepGreedy(kv *KVCache, tokens []int32, B, T, classes int) ([]in
 		}
 	}
 	return ids, nil
+}
+
+// argMax picks each row's greedy token of logits [R, W] over its first
+// classes ids on the device, into the cache's id buffer (allocated at R
+// rows the first time), and reads back the R ids; a row whose logits hold
+// a NaN gets -1.
+func (m *Model) argMax(kv *KVCache, logits *engine.Tensor, classes int) ([]int32, error) {
+	if kv.next == nil {
+		var err error
+		if kv.next, err = m.Dev.Alloc(engine.I32, logits.Dim(0)); err != nil {
+			return nil, err
+		}
+	}
+	if err := engine.ArgMaxRows(m.Dev, kv.next, logits, classes); err != nil {
+		return nil, err
+	}
+	return engine.Int32s(kv.next)
 }
 
 // step runs Step up to the logits on the device: [B*T, W], or [B, W] for the

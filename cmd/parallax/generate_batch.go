@@ -138,6 +138,7 @@ func generateBatch(m *model.Model, tok *tokenizer.Tokenizer, prompts []batchProm
 
 	// Records are printed in the prompts' order: one that ends before an
 	// earlier prompt's waits in done.
+	var advance func(q *batchSeq, slot int, t int) (string, error)
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false) // the text as it is, not <, > and & escaped
 	done := make([]*batchRecord, len(prompts))
@@ -153,13 +154,21 @@ func generateBatch(m *model.Model, tok *tokenizer.Tokenizer, prompts []batchProm
 		}
 		return nil
 	}
+	// Greedy over a contiguous range of ids (the suppressed ones, if any,
+	// past it) picks on the device and reads back one id a sequence, not
+	// the logits of every slot.
+	classes := greedyRange(o.sample.Temperature, o.suppress, V)
 	// emit samples q's next token from its logits row (in slot) and
 	// returns why the sequence ends, or "" if it goes on.
 	emit := func(q *batchSeq, slot int, logits []float32) (string, error) {
 		for _, t := range o.suppress {
 			logits[t] = float32(math.Inf(-1))
 		}
-		t := q.sampler.Sample(logits)
+		return advance(q, slot, q.sampler.Sample(logits))
+	}
+	// advance takes t as q's next token and returns why the sequence
+	// ends, or "" if it goes on.
+	advance = func(q *batchSeq, slot int, t int) (string, error) {
 		if stop[t] {
 			return finishEOS, nil
 		}
@@ -227,13 +236,25 @@ func generateBatch(m *model.Model, tok *tokenizer.Tokenizer, prompts []batchProm
 				toks = append(toks, q.next)
 			}
 		}
-		logits, err := m.StepSlots(bc, ss, toks)
+		var logits []float32
+		var picked []int32
+		var err error
+		if classes > 0 {
+			picked, err = m.StepSlotsGreedy(bc, ss, toks, classes)
+		} else {
+			logits, err = m.StepSlots(bc, ss, toks)
+		}
 		if err != nil {
 			return fmt.Errorf("decode step of %d sequences: %w", len(ss), err)
 		}
 		for k, s := range ss {
 			q := busy[s]
-			why, err := emit(q, s, logits[k*V:(k+1)*V])
+			var why string
+			if picked != nil {
+				why, err = advance(q, s, int(picked[k]))
+			} else {
+				why, err = emit(q, s, logits[k*V:(k+1)*V])
+			}
 			if err != nil {
 				return err
 			}
@@ -249,4 +270,29 @@ func generateBatch(m *model.Model, tok *tokenizer.Tokenizer, prompts []batchProm
 		}
 	}
 	return nil
+}
+
+// greedyRange returns the number of leading ids a greedy (temperature 0)
+// pick ranges over when the suppressed ids are exactly the ones past
+// them, or 0 (sample on the host) otherwise.
+func greedyRange(temperature float64, suppress []int, vocab int) int {
+	if temperature != 0 {
+		return 0
+	}
+	banned := make([]bool, vocab)
+	for _, t := range suppress {
+		if t >= 0 && t < vocab {
+			banned[t] = true
+		}
+	}
+	n := vocab
+	for n > 0 && banned[n-1] {
+		n--
+	}
+	for _, b := range banned[:n] {
+		if b {
+			return 0
+		}
+	}
+	return n
 }

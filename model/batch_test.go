@@ -315,3 +315,25 @@ func TestStepSlotsGreedy(t *testing.T) {
 		b.Free()
 	}
 }
+
+// GreedyClasses takes the device's greedy pick only at temperature 0 and
+// only where the suppressed ids are exactly a suffix of the vocabulary.
+func TestGreedyClasses(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		temp     float64
+		suppress []int
+		want     int
+	}{
+		{"nothing suppressed", 0, nil, 10},
+		{"a suffix", 0, []int{9, 8, 7}, 7},
+		{"a suffix, repeated ids", 0, []int{9, 9, 8}, 8},
+		{"a hole", 0, []int{3, 9}, 0},
+		{"sampled", 0.7, nil, 0},
+		{"everything", 0, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 0},
+	} {
+		if got := GreedyClasses(c.temp, c.suppress, 10); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
+}

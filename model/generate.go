@@ -364,7 +364,7 @@ func (m *Model) Generate(prompt []int, n int, o GenerateOptions, fn func(token i
 	for i, t := range prompt {
 		ids[i] = int32(t)
 	}
-	if classes, ok := greedyClasses(o, banned); ok {
+	if classes := GreedyClasses(o.Sample.Temperature, o.Suppress, V); classes > 0 {
 		// Greedy over a contiguous range of ids: pick on the device and
 		// read back one id a token, not the logits.
 		var out []int
@@ -412,22 +412,30 @@ func (m *Model) Generate(prompt []int, n int, o GenerateOptions, fn func(token i
 	return out, nil
 }
 
-// greedyClasses reports whether Generate may sample on the device: greedy
-// decoding with the suppressed ids, if any, forming the top of the
-// vocabulary [classes, V) (the padding rows of a model larger than its
-// tokenizer), so that an argmax over the first classes ids is the choice.
-func greedyClasses(o GenerateOptions, banned []bool) (classes int, ok bool) {
-	if o.Sample.Temperature != 0 {
-		return 0, false
+// GreedyClasses returns how many leading ids a greedy pick on the device
+// may range over: at temperature 0, with the suppressed ids (if any)
+// forming the top of the vocabulary [classes, vocab) (the padding rows of
+// a model larger than its tokenizer), an argmax over the first classes ids
+// is the sampler's choice. It returns 0 (sample on the host) otherwise.
+// Ids outside [0, vocab) are ignored.
+func GreedyClasses(temperature float64, suppress []int, vocab int) int {
+	if temperature != 0 {
+		return 0
 	}
-	classes = len(banned)
-	for classes > 0 && banned[classes-1] {
-		classes--
-	}
-	for _, b := range banned[:classes] {
-		if b {
-			return 0, false
+	banned := make([]bool, vocab)
+	for _, t := range suppress {
+		if t >= 0 && t < vocab {
+			banned[t] = true
 		}
 	}
-	return classes, classes > 0
+	n := vocab
+	for n > 0 && banned[n-1] {
+		n--
+	}
+	for _, b := range banned[:n] {
+		if b {
+			return 0
+		}
+	}
+	return n
 }

@@ -34,6 +34,23 @@ func newParam(t *testing.T, dev engine.Device, name string, kind model.ParamKind
 	return &model.Param{Name: name, W: wt, G: g, Kind: kind}
 }
 
+// paramSpec is a parameter of an optimizer test: its name, kind and shape.
+type paramSpec struct {
+	name  string
+	kind  model.ParamKind
+	shape []int
+}
+
+// newParams makes one parameter of each spec on dev, spec i holding init[i].
+func newParams(t *testing.T, dev engine.Device, specs []paramSpec, init [][]float32) []*model.Param {
+	t.Helper()
+	var ps []*model.Param
+	for i, s := range specs {
+		ps = append(ps, newParam(t, dev, s.name, s.kind, init[i], s.shape...))
+	}
+	return ps
+}
+
 // maxRelErr is max|got - want| / max|scale|.
 func maxRelErr(got []float32, want, scale []float64) float64 {
 	num, den := 0.0, 0.0
@@ -788,12 +805,7 @@ func TestStableRank(t *testing.T) {
 // the parameters and state of ScaleGrads followed by Step, and leaves the
 // gradients as they were.
 func TestStepScaledEqualsScaleThenStep(t *testing.T) {
-	type spec struct {
-		name  string
-		kind  model.ParamKind
-		shape []int
-	}
-	specs := []spec{
+	specs := []paramSpec{
 		{"embed", model.Embedding, []int{40, 16}},
 		{"q", model.Matrix, []int{16, 16}},
 		{"k", model.Matrix, []int{8, 16}},
@@ -815,10 +827,7 @@ func TestStepScaledEqualsScaleThenStep(t *testing.T) {
 			// the optimizer state and the gradients afterwards.
 			run := func(folded bool) (ws, state map[string][]float32, gs [][]float32) {
 				dev := cpu.New()
-				var ps []*model.Param
-				for i, s := range specs {
-					ps = append(ps, newParam(t, dev, s.name, s.kind, init[i], s.shape...))
-				}
+				ps := newParams(t, dev, specs, init)
 				o, err := NewOptimizer(dev, ps, DefaultOptimConfig(tc.optim))
 				if err != nil {
 					t.Fatal(err)

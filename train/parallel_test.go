@@ -62,12 +62,7 @@ func onRanks(t *testing.T, n int, o dist.Options, f func(rank int, g *dist.Group
 // its own matrices, then broadcasts them) and ZeRO-1 must give the same
 // parameters on every rank.
 func TestDistributedMuonMatchesSingle(t *testing.T) {
-	type spec struct {
-		name  string
-		kind  model.ParamKind
-		shape []int
-	}
-	specs := []spec{
+	specs := []paramSpec{
 		{"embed", model.Embedding, []int{40, 16}},
 		{"q", model.Matrix, []int{16, 16}},
 		{"k", model.Matrix, []int{8, 16}},
@@ -91,13 +86,7 @@ func TestDistributedMuonMatchesSingle(t *testing.T) {
 			}
 		}
 	}
-	build := func(t *testing.T, dev engine.Device) []*model.Param {
-		var ps []*model.Param
-		for i, s := range specs {
-			ps = append(ps, newParam(t, dev, s.name, s.kind, init[i], s.shape...))
-		}
-		return ps
-	}
+	build := func(t *testing.T, dev engine.Device) []*model.Param { return newParams(t, dev, specs, init) }
 	setGrads := func(t *testing.T, ps []*model.Param, g [][]float32) {
 		for i, p := range ps {
 			if err := p.G.Device().Write(p.G, engine.EncodeFloat32(engine.F32, g[i])); err != nil {

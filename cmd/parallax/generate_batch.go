@@ -138,7 +138,6 @@ func generateBatch(m *model.Model, tok *tokenizer.Tokenizer, prompts []batchProm
 
 	// Records are printed in the prompts' order: one that ends before an
 	// earlier prompt's waits in done.
-	var advance func(q *batchSeq, slot int, t int) (string, error)
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false) // the text as it is, not <, > and & escaped
 	done := make([]*batchRecord, len(prompts))
@@ -157,18 +156,10 @@ func generateBatch(m *model.Model, tok *tokenizer.Tokenizer, prompts []batchProm
 	// Greedy over a contiguous range of ids (the suppressed ones, if any,
 	// past it) picks on the device and reads back one id a sequence, not
 	// the logits of every slot.
-	classes := greedyRange(o.sample.Temperature, o.suppress, V)
-	// emit samples q's next token from its logits row (in slot) and
-	// returns why the sequence ends, or "" if it goes on.
-	emit := func(q *batchSeq, slot int, logits []float32) (string, error) {
-		for _, t := range o.suppress {
-			logits[t] = float32(math.Inf(-1))
-		}
-		return advance(q, slot, q.sampler.Sample(logits))
-	}
+	classes := model.GreedyClasses(o.sample.Temperature, o.suppress, V)
 	// advance takes t as q's next token and returns why the sequence
 	// ends, or "" if it goes on.
-	advance = func(q *batchSeq, slot int, t int) (string, error) {
+	advance := func(q *batchSeq, slot int, t int) (string, error) {
 		if stop[t] {
 			return finishEOS, nil
 		}
@@ -187,6 +178,14 @@ func generateBatch(m *model.Model, tok *tokenizer.Tokenizer, prompts []batchProm
 		}
 		q.next = int32(t)
 		return "", nil
+	}
+	// emit samples q's next token from its logits row (in slot) and
+	// returns why the sequence ends, or "" if it goes on.
+	emit := func(q *batchSeq, slot int, logits []float32) (string, error) {
+		for _, t := range o.suppress {
+			logits[t] = float32(math.Inf(-1))
+		}
+		return advance(q, slot, q.sampler.Sample(logits))
 	}
 
 	busy := make([]*batchSeq, slots) // by slot; nil: free
@@ -270,29 +269,4 @@ func generateBatch(m *model.Model, tok *tokenizer.Tokenizer, prompts []batchProm
 		}
 	}
 	return nil
-}
-
-// greedyRange returns the number of leading ids a greedy (temperature 0)
-// pick ranges over when the suppressed ids are exactly the ones past
-// them, or 0 (sample on the host) otherwise.
-func greedyRange(temperature float64, suppress []int, vocab int) int {
-	if temperature != 0 {
-		return 0
-	}
-	banned := make([]bool, vocab)
-	for _, t := range suppress {
-		if t >= 0 && t < vocab {
-			banned[t] = true
-		}
-	}
-	n := vocab
-	for n > 0 && banned[n-1] {
-		n--
-	}
-	for _, b := range banned[:n] {
-		if b {
-			return 0
-		}
-	}
-	return n
 }

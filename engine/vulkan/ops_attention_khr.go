@@ -54,16 +54,22 @@ func khrAttnShared(D, f int) int {
 // shaders.
 // Options.Attention "scalar" keeps attn_fwd.
 func (d *Device) useFwdCoopKHR(c fwdCall) bool {
-	f, dm := d.khrAttn, c.dims
-	if f == 0 || c.lens != nil || c.mode != modeSoftmax || d.opts.Attention == "scalar" || c.k.dt != c.v.dt ||
-		dm.D%16 != 0 || dm.D > 128 || !d.hasSubgroupOps(subgroupBasic|subgroupVote|subgroupShuffle) {
-		return false
-	}
-	dts := []engine.DType{c.q.dt, c.k.dt}
+	dts := []engine.DType{c.q.dt, c.k.dt, c.v.dt}
 	if c.hasR {
 		dts = append(dts, c.r.dt)
 	}
-	return sixteenBit(dts...) && khrAttnShared(dm.D, f) <= int(d.pd.lim.maxSharedMemory)
+	return c.lens == nil && d.khrAttnTakes(c.dims, c.mode, subgroupShuffle, dts...) &&
+		khrAttnShared(c.dims.D, d.khrAttn) <= int(d.pd.lim.maxSharedMemory)
+}
+
+// khrAttnTakes reports what the KHR attention kernels need of a call: the
+// kernels kept at open, softmax weighting, the attention option not
+// "scalar", D a multiple of 16 up to 128, the subgroup operations ops
+// besides basic and vote ones, and 16-bit operands dts (the first three
+// Q, K and V: K and V of one dtype).
+func (d *Device) khrAttnTakes(dm engine.AttnDims, mode int, ops uint32, dts ...engine.DType) bool {
+	return d.khrAttn != 0 && mode == modeSoftmax && d.opts.Attention != "scalar" && dts[1] == dts[2] &&
+		dm.D%16 == 0 && dm.D <= 128 && d.hasSubgroupOps(subgroupBasic|subgroupVote|ops) && sixteenBit(dts...)
 }
 
 // attnForwardCoopKHR runs attn_fwd_coop_khr: a workgroup of two subgroups
@@ -175,16 +181,12 @@ func khrBwdShared(D, f int) int {
 // 16-bit Q, K, V, dO and R, K and V of one dtype, GQA groups of at most
 // 64 heads) with the KHR forward's head dimensions and device conditions.
 func (d *Device) useBwdCoopKHR(c bwdCall) bool {
-	f, dm := d.khrAttn, c.dims
-	if f == 0 || c.mode != modeSoftmax || d.opts.Attention == "scalar" || c.k.dt != c.v.dt || dm.G > 64 ||
-		dm.D%16 != 0 || dm.D > 128 || !d.hasSubgroupOps(subgroupBasic|subgroupVote) {
-		return false
-	}
-	dts := []engine.DType{c.q.dt, c.k.dt, c.g.dt}
+	dts := []engine.DType{c.q.dt, c.k.dt, c.v.dt, c.g.dt}
 	if c.hasR {
 		dts = append(dts, c.r.dt)
 	}
-	return sixteenBit(dts...) && khrBwdShared(dm.D, f) <= int(d.pd.lim.maxSharedMemory)
+	return c.dims.G <= 64 && d.khrAttnTakes(c.dims, c.mode, 0, dts...) &&
+		khrBwdShared(c.dims.D, d.khrAttn) <= int(d.pd.lim.maxSharedMemory)
 }
 
 // attnBackwardCoopKHR runs the KHR backward after the pre-pass: dq and dr

@@ -39,6 +39,12 @@
 #   SAVE_EVERY=500 JOBS=1 LR_MUON= LR_ADAMW= (empty: train's defaults,
 #   Muon 0.02 and AdamW 3e-3) ADAMW_LR_UNDER_MUON= GATE=0 CONTROL= DATA=
 #   TOKENIZER= EXTRA_ARGS= PARALLAX_BIN=./bin/parallax USE_SWEEP=1
+#   DEADLINE= RESERVE=20
+#
+# DEADLINE (seconds from the start; empty: none) bounds the script: a run
+# is not started with less than RESERVE seconds left, and a run still
+# going RESERVE seconds before the deadline is stopped with SIGINT (train
+# saves its checkpoint and keeps its metrics; a later call resumes it).
 #
 # LR sweep (MODE=sweep): softmax and parallax x OPTS x the rates in
 # SWEEP_LRS_MUON (default "0.01 0.02 0.04") and SWEEP_LRS_ADAMW ("1e-3 3e-3
@@ -81,6 +87,8 @@ TOKENIZER=${TOKENIZER:-}
 EXTRA_ARGS=${EXTRA_ARGS:-}
 KEEP_OPTIMIZER=${KEEP_OPTIMIZER:-0}
 USE_SWEEP=${USE_SWEEP:-1}
+DEADLINE=${DEADLINE:-}
+RESERVE=${RESERVE:-20}
 SWEEP_LRS_MUON=${SWEEP_LRS_MUON:-0.01 0.02 0.04}
 SWEEP_LRS_ADAMW=${SWEEP_LRS_ADAMW:-1e-3 3e-3 6e-3}
 SWEEP_SEED=${SWEEP_SEED:-1}
@@ -128,6 +136,14 @@ run_one() {
 		log "$name: finished before; skipped"
 		return 0
 	fi
+	local left=
+	if [ -n "$DEADLINE" ]; then
+		left=$((DEADLINE - RESERVE - $(date +%s) + T0))
+		if ((left < RESERVE)); then
+			log "$name: not started, ${left} s before the deadline's reserve"
+			return 0
+		fi
+	fi
 	mkdir -p "$rd"
 	printf '{"preset":"%s","variant":"%s","optimizer":"%s","seed":%s,"lr":%s,"steps":%s}\n' \
 		"$preset" "$variant" "$opt" "$seed" "${lr:-0}" "$steps" >"$rd/study-run.json"
@@ -158,7 +174,11 @@ run_one() {
 		[ "$opt" = muon ] && [ -n "$ADAMW_LR_UNDER_MUON" ] && args+=(--adamw-lr "$ADAMW_LR_UNDER_MUON")
 	fi
 	local t=$(($(date +%s) - T0))
-	"$BIN" train "${args[@]}" >>"$logf" 2>&1
+	if [ -n "$left" ]; then
+		timeout -s INT -k 30 "$left" "$BIN" train "${args[@]}" >>"$logf" 2>&1
+	else
+		"$BIN" train "${args[@]}" >>"$logf" 2>&1
+	fi
 	local rc=$?
 	local last
 	last=$(grep -h -E '^(done:|stopped at)' "$logf" | tail -1 | cut -c1-140)
@@ -185,8 +205,17 @@ lr_for() { # lr_for OPT: the grid's rate of an optimizer ("" for train's default
 	if [ "$1" = muon ]; then echo "$LR_MUON"; else echo "$LR_ADAMW"; fi
 }
 
+# prepare_all makes each preset's shared data before any run is queued
+# (runs started together would otherwise race to make it).
+prepare_all() {
+	for preset in $PRESETS; do
+		prepare "$preset" >/dev/null || return 1
+	done
+}
+
 sweep() {
 	local root="$OUT/sweep"
+	prepare_all || return 1
 	mkdir -p "$root"
 	: >"$root/plan.txt"
 	for preset in $PRESETS; do
@@ -217,6 +246,7 @@ grid() {
 		[ -z "$LR_ADAMW" ] && LR_ADAMW=$(sed -n 's/^LR_ADAMW=//p' "$env" | head -1)
 	fi
 	log "grid: LR_MUON=${LR_MUON:-default} LR_ADAMW=${LR_ADAMW:-default}"
+	prepare_all || return 1
 	mkdir -p "$root"
 	local variants="softmax parallax"
 	[ "$GATE" = 1 ] && variants+=" parallax-gate"
@@ -259,7 +289,8 @@ grid() {
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "binary: $("$BIN" version 2>&1 | head -1)"
 	for v in MODE DEVICE PRESETS SEEDS OPTS STEPS BATCH SEQ EVAL_EVERY EVAL_BATCHES LOG_EVERY SAVE_EVERY JOBS LR_MUON \
-		LR_ADAMW ADAMW_LR_UNDER_MUON GATE CONTROL DATA TOKENIZER EXTRA_ARGS SWEEP_LRS_MUON SWEEP_LRS_ADAMW SWEEP_SEED SWEEP_STEPS; do
+		LR_ADAMW ADAMW_LR_UNDER_MUON GATE CONTROL DATA TOKENIZER EXTRA_ARGS SWEEP_LRS_MUON SWEEP_LRS_ADAMW SWEEP_SEED SWEEP_STEPS \
+		DEADLINE RESERVE; do
 		echo "$v=${!v}"
 	done
 } >>"$OUT/settings.txt"

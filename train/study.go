@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/parallax-engine/parallax/internal/atomicfile"
 	"github.com/parallax-engine/parallax/model"
 	"github.com/parallax-engine/parallax/model/safetensors"
 )
@@ -33,6 +34,10 @@ const (
 	// planned (relative to the study's run folder), so that the report can
 	// name the runs that never started.
 	StudyPlanFile = "plan.txt"
+	// StudyRanksFile, in a run folder, keeps the stable ranks computed
+	// from its final checkpoint, so that a run folder without its weights
+	// (packed small to be carried elsewhere) still reports them.
+	StudyRanksFile = "study-ranks.json"
 )
 
 // Run states in a study.
@@ -85,15 +90,20 @@ type StudyRun struct {
 	Seed      int    `json:"seed"` // -1 when unknown
 	// LR is the main group's peak rate (StudyRunFile's, else the largest
 	// logged one).
-	LR          float64           `json:"lr,omitempty"`
-	TargetSteps int               `json:"target_steps,omitempty"` // 0: unknown
-	Steps       int               `json:"steps"`
-	Tokens      int64             `json:"tokens"`
-	FinalLoss   *float64          `json:"final_val_loss,omitempty"`
-	FinalAt     int               `json:"final_val_step,omitempty"`
-	COR         []float64         `json:"cor,omitempty"`  // per layer, the last logged
-	Gate        []float64         `json:"gate,omitempty"` // per layer, the last logged
-	Ranks       []StudyLayerRanks `json:"ranks,omitempty"`
+	LR          float64  `json:"lr,omitempty"`
+	TargetSteps int      `json:"target_steps,omitempty"` // 0: unknown
+	Steps       int      `json:"steps"`
+	Tokens      int64    `json:"tokens"`
+	FinalLoss   *float64 `json:"final_val_loss,omitempty"`
+	FinalAt     int      `json:"final_val_step,omitempty"`
+	// BestLoss is the lowest held-out loss of the run's evaluations and
+	// BestAt its step: on a corpus that training repeats, the final
+	// loss can measure overfitting more than the model.
+	BestLoss *float64          `json:"best_val_loss,omitempty"`
+	BestAt   int               `json:"best_val_step,omitempty"`
+	COR      []float64         `json:"cor,omitempty"`  // per layer, the last logged
+	Gate     []float64         `json:"gate,omitempty"` // per layer, the last logged
+	Ranks    []StudyLayerRanks `json:"ranks,omitempty"`
 
 	dir     string
 	records []Record
@@ -266,6 +276,9 @@ func LoadStudyRun(root, name string) StudyRun {
 		if rec.Eval {
 			if rec.ValLoss != nil {
 				r.FinalLoss, r.FinalAt = f(*rec.ValLoss), rec.Step
+				if r.BestLoss == nil || *rec.ValLoss < *r.BestLoss {
+					r.BestLoss, r.BestAt = f(*rec.ValLoss), rec.Step
+				}
 			}
 			continue
 		}
@@ -300,13 +313,42 @@ func LoadStudyRun(root, name string) StudyRun {
 	}
 	r.Status = StudyFinished
 	if mc.Parallax() {
-		ranks, err := CheckpointRanks(dir, mc)
+		ranks, err := RunRanks(dir, mc)
 		if err != nil {
 			r.Problem = fmt.Sprintf("no stable ranks: %v", err)
 		}
 		r.Ranks = ranks
 	}
 	return r
+}
+
+// RunRanks is CheckpointRanks of the run in dir. With a model.safetensors
+// it computes them and rewrites StudyRanksFile (a failure to write is
+// not an error: the ranks are still returned); without one it reads
+// StudyRanksFile.
+func RunRanks(dir string, c model.Config) ([]StudyLayerRanks, error) {
+	if _, err := os.Stat(filepath.Join(dir, model.WeightsFile)); err != nil {
+		b, rerr := os.ReadFile(filepath.Join(dir, StudyRanksFile))
+		if rerr != nil {
+			return nil, fmt.Errorf("final checkpoint: %w (and no %s)", err, StudyRanksFile)
+		}
+		var ranks []StudyLayerRanks
+		if err := json.Unmarshal(b, &ranks); err != nil {
+			return nil, fmt.Errorf("%s: %w", StudyRanksFile, err)
+		}
+		if len(ranks) != c.Layers {
+			return nil, fmt.Errorf("%s: %d layers, the config has %d", StudyRanksFile, len(ranks), c.Layers)
+		}
+		return ranks, nil
+	}
+	ranks, err := CheckpointRanks(dir, c)
+	if err != nil {
+		return nil, err
+	}
+	if b, err := json.Marshal(ranks); err == nil {
+		_ = atomicfile.WriteFile(filepath.Join(dir, StudyRanksFile), append(b, '\n'))
+	}
+	return ranks, nil
 }
 
 // CompleteStudy marks each run that stopped short of its target as
@@ -419,6 +461,10 @@ type StudyGroup struct {
 	Std  float64 `json:"final_val_loss_std"`
 	Min  float64 `json:"final_val_loss_min"`
 	Max  float64 `json:"final_val_loss_max"`
+	// BestMean and BestStd are the same of each run's lowest held-out
+	// loss (StudyRun.BestLoss).
+	BestMean float64 `json:"best_val_loss_mean"`
+	BestStd  float64 `json:"best_val_loss_std"`
 	// Per layer, means over the runs (absent when not measured).
 	COR    Floats `json:"cor,omitempty"`
 	Gate   Floats `json:"gate,omitempty"`
@@ -452,10 +498,10 @@ func StudyGroups(runs []StudyRun) []StudyGroup {
 	}
 	for i := range groups {
 		g := &groups[i]
-		var loss []float64
+		var loss, best []float64
 		var cor, gate, sr, rk, rkh [][]float64
 		for _, r := range g.runs {
-			loss = append(loss, *r.FinalLoss)
+			loss, best = append(loss, *r.FinalLoss), append(best, *r.BestLoss)
 			cor, gate = append(cor, r.COR), append(gate, r.Gate)
 			var a, b, c []float64
 			for _, lr := range r.Ranks {
@@ -464,6 +510,7 @@ func StudyGroups(runs []StudyRun) []StudyGroup {
 			sr, rk, rkh = append(sr, a), append(rk, b), append(rkh, c)
 		}
 		g.Mean, g.Std = meanStd(loss)
+		g.BestMean, g.BestStd = meanStd(best)
 		g.Min, g.Max = slices.Min(loss), slices.Max(loss)
 		g.COR, g.Gate, g.SRankR, g.SRankRK, g.SRankRKHead = layerMeans(cor), layerMeans(gate), layerMeans(sr), layerMeans(rk), layerMeans(rkh)
 	}
@@ -525,9 +572,11 @@ func layerMeans(vals [][]float64) Floats {
 	}
 }
 
-// StudyComparison is the difference of the final held-out loss of two
-// cells that differ only in their configuration.
+// StudyComparison is the difference of the final (or the best) held-out
+// loss of two cells that differ only in their configuration.
 type StudyComparison struct {
+	// Metric is StudyFinalLoss or StudyBestLoss.
+	Metric    string `json:"metric"`
 	Preset    string `json:"preset"`
 	Optimizer string `json:"optimizer"`
 	LR        string `json:"lr"`
@@ -546,14 +595,29 @@ type StudyComparison struct {
 	Verdict string `json:"verdict"`
 }
 
+// The held-out losses a StudyComparison compares.
+const (
+	StudyFinalLoss = "final" // at the last step
+	StudyBestLoss  = "best"  // the lowest along the run
+)
+
 // StudyNoiseFactor is the threshold of StudyComparison.Beyond, in
 // pooled standard errors.
 const StudyNoiseFactor = 2
 
 // CompareStudy compares, for each preset, optimizer and rate, every
 // configuration with softmax, and Parallax with every control (a
-// configuration with another head shape).
+// configuration with another head shape): first on the final held-out
+// loss, then on the best.
 func CompareStudy(groups []StudyGroup) []StudyComparison {
+	var out []StudyComparison
+	for _, metric := range []string{StudyFinalLoss, StudyBestLoss} {
+		out = append(out, compareStudy(groups, metric)...)
+	}
+	return out
+}
+
+func compareStudy(groups []StudyGroup, metric string) []StudyComparison {
 	var out []StudyComparison
 	find := func(k StudyKey) *StudyGroup {
 		for i := range groups {
@@ -570,26 +634,30 @@ func CompareStudy(groups []StudyGroup) []StudyComparison {
 		}
 		k.Config = model.AttentionSoftmax
 		if b := find(k); b != nil {
-			out = append(out, compareGroups(a, *b))
+			out = append(out, compareGroups(a, *b, metric))
 		}
 		if strings.Contains(a.Key.Config, " ") { // a control: Parallax against it
 			k.Config = model.AttentionParallax
 			if p := find(k); p != nil {
-				out = append(out, compareGroups(*p, a))
+				out = append(out, compareGroups(*p, a, metric))
 			}
 		}
 	}
 	return out
 }
 
-func compareGroups(a, b StudyGroup) StudyComparison {
-	c := StudyComparison{Preset: a.Key.Preset, Optimizer: a.Key.Optimizer, LR: a.Key.LR, A: a.Key.Config, B: b.Key.Config,
-		NA: len(a.runs), NB: len(b.runs), Diff: a.Mean - b.Mean}
+func compareGroups(a, b StudyGroup, metric string) StudyComparison {
+	ma, sa, mb, sb := a.Mean, a.Std, b.Mean, b.Std
+	if metric == StudyBestLoss {
+		ma, sa, mb, sb = a.BestMean, a.BestStd, b.BestMean, b.BestStd
+	}
+	c := StudyComparison{Metric: metric, Preset: a.Key.Preset, Optimizer: a.Key.Optimizer, LR: a.Key.LR, A: a.Key.Config, B: b.Key.Config,
+		NA: len(a.runs), NB: len(b.runs), Diff: ma - mb}
 	if c.NA < 2 || c.NB < 2 {
 		c.Verdict = "cannot tell: needs at least 2 seeds in each"
 		return c
 	}
-	se := math.Sqrt(a.Std*a.Std/float64(c.NA) + b.Std*b.Std/float64(c.NB))
+	se := math.Sqrt(sa*sa/float64(c.NA) + sb*sb/float64(c.NB))
 	c.SE = &se
 	c.Beyond = math.Abs(c.Diff) > StudyNoiseFactor*se
 	if se > 0 {

@@ -13,7 +13,7 @@ import (
 
 // StudyTest describes the test behind StudyComparison.Verdict, as the
 // report states it.
-const StudyTest = "difference of the mean final held-out losses over seeds, against the pooled standard error " +
+const StudyTest = "difference of the mean final (or best) held-out losses over seeds, against the pooled standard error " +
 	"SE = sqrt(s_a^2/n_a + s_b^2/n_b) (s: sample standard deviation over seeds, n - 1); it is called beyond seed noise " +
 	"when |difference| > 2 SE (a rough two-sided test: with 3 seeds a cell, about p < 0.12 under Welch's t; not a significance claim)"
 
@@ -128,25 +128,25 @@ func (rep StudyReport) Markdown() string {
 		}
 	}
 	if len(rep.Groups) > 0 {
-		b.WriteString("## Final held-out loss\n\n")
-		b.WriteString("| preset | configuration | optimizer | lr | params | tokens | seeds | final held-out loss (mean ± std) | min | max |\n")
-		b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString("## Final held-out loss\n\nThe best held-out loss is each run's lowest evaluation along the way.\n\n")
+		b.WriteString("| preset | configuration | optimizer | lr | params | tokens | seeds | final held-out loss (mean ± std) | min | max | best held-out loss (mean ± std) |\n")
+		b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, g := range rep.Groups {
 			seeds := strconv.Itoa(len(g.runs))
 			if len(g.runs) < most[g.Key.Preset] {
 				seeds = fmt.Sprintf("%d (of %d)", len(g.runs), most[g.Key.Preset])
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %.4f ± %.4f | %.4f | %.4f |\n", g.Key.Preset, g.Key.Config,
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %.4f ± %.4f | %.4f | %.4f | %.4f ± %.4f |\n", g.Key.Preset, g.Key.Config,
 				optLabel(g.Key.Optimizer), g.Key.LR, HumanCount(float64(g.Params)), HumanCount(float64(g.Tokens)), seeds,
-				g.Mean, g.Std, g.Min, g.Max)
+				g.Mean, g.Std, g.Min, g.Max, g.BestMean, g.BestStd)
 		}
 		b.WriteString("\n")
 	}
 	if len(rep.Comparisons) > 0 {
 		b.WriteString("## Differences (below 0: the first configuration has the lower loss)\n\n")
 		fmt.Fprintf(&b, "Test: %s.\n\n", rep.Test)
-		b.WriteString("| preset | optimizer | lr | comparison | seeds | difference | pooled SE | t | verdict |\n")
-		b.WriteString("|---|---|---:|---|---:|---:|---:|---:|---|\n")
+		b.WriteString("| held-out loss | preset | optimizer | lr | comparison | seeds | difference | pooled SE | t | verdict |\n")
+		b.WriteString("|---|---|---|---:|---|---:|---:|---:|---:|---|\n")
 		for _, c := range rep.Comparisons {
 			se, t := "n/a", "n/a"
 			if c.SE != nil {
@@ -155,7 +155,7 @@ func (rep StudyReport) Markdown() string {
 			if c.T != nil {
 				t = fmtF(*c.T, 2)
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s − %s | %d, %d | %+.4f | %s | %s | %s |\n", c.Preset, optLabel(c.Optimizer), c.LR,
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s − %s | %d, %d | %+.4f | %s | %s | %s |\n", c.Metric, c.Preset, optLabel(c.Optimizer), c.LR,
 				c.A, c.B, c.NA, c.NB, c.Diff, se, t, c.Verdict)
 		}
 		b.WriteString("\n")
@@ -229,12 +229,15 @@ func (rep StudyReport) Markdown() string {
 		}
 		fmt.Fprintf(&b, "\nChosen rate: %s\n\n", best)
 	}
-	b.WriteString("## Runs\n\n| run | status | preset | configuration | optimizer | seed | steps | final held-out loss | note |\n")
-	b.WriteString("|---|---|---|---|---|---:|---:|---:|---|\n")
+	b.WriteString("## Runs\n\n| run | status | preset | configuration | optimizer | seed | steps | final held-out loss | best (at step) | note |\n")
+	b.WriteString("|---|---|---|---|---|---:|---:|---:|---:|---|\n")
 	for _, r := range rep.Runs {
-		loss, seed := "", ""
+		loss, best, seed := "", "", ""
 		if r.FinalLoss != nil {
 			loss = fmtF(*r.FinalLoss, 4)
+		}
+		if r.BestLoss != nil {
+			best = fmt.Sprintf("%s (%d)", fmtF(*r.BestLoss, 4), r.BestAt)
 		}
 		if r.Seed >= 0 {
 			seed = strconv.Itoa(r.Seed)
@@ -243,11 +246,11 @@ func (rep StudyReport) Markdown() string {
 		if r.TargetSteps > 0 {
 			steps += " / " + strconv.Itoa(r.TargetSteps)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Name, strings.ToUpper(r.Status), r.Preset, r.Config,
-			optLabel(r.Optimizer), seed, steps, loss, strings.ReplaceAll(r.Problem, "|", "/"))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Name, strings.ToUpper(r.Status), r.Preset, r.Config,
+			optLabel(r.Optimizer), seed, steps, loss, best, strings.ReplaceAll(r.Problem, "|", "/"))
 	}
 	for _, name := range rep.Unstarted {
-		fmt.Fprintf(&b, "| %s | UNSTARTED |  |  |  |  |  |  | planned (%s) but no folder |\n", name, StudyPlanFile)
+		fmt.Fprintf(&b, "| %s | UNSTARTED |  |  |  |  |  |  |  | planned (%s) but no folder |\n", name, StudyPlanFile)
 	}
 	return b.String()
 }

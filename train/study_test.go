@@ -175,11 +175,18 @@ func TestStudySweepAndStats(t *testing.T) {
 	if env := (StudyReport{Sweeps: sw}).BestLREnv(); env != "LR_MUON=0.02\n" {
 		t.Errorf("best-lr.env %q", env)
 	}
-	c := compareGroups(groups[5], groups[4])
+	c := compareGroups(groups[5], groups[4], StudyFinalLoss)
 	// means 2.55 and 3.1, stds 0.05 and 0.1: SE = sqrt(0.0025/3 + 0.01/3).
 	if se := math.Sqrt(0.0125 / 3); c.SE == nil || math.Abs(*c.SE-se) > 1e-12 || math.Abs(c.Diff+0.55) > 1e-12 || !c.Beyond ||
 		!strings.Contains(c.Verdict, "parallax lower") {
 		t.Errorf("comparison %+v", c)
+	}
+	// The best-loss comparison reads the best columns: equal means are
+	// within noise whatever the final losses say.
+	a, r := groups[5], groups[4]
+	a.BestMean, a.BestStd, r.BestMean, r.BestStd = 2.5, 0.1, 2.5, 0.1
+	if c := compareGroups(a, r, StudyBestLoss); c.Metric != StudyBestLoss || c.Diff != 0 || c.Beyond {
+		t.Errorf("best comparison %+v", c)
 	}
 	b, err := json.Marshal(Floats{1, math.NaN(), math.Inf(1)})
 	if err != nil || string(b) != "[1,null,null]" {

@@ -7,6 +7,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -167,8 +169,21 @@ func TestReportStudy(t *testing.T) {
 	if cells["parallax+gate muon"] != 1 || cells["parallax+gate adamw"] != 1 {
 		t.Errorf("gate cells: %v", cells)
 	}
-	if len(rep.Comparisons) != 4 {
-		t.Errorf("%d comparisons, want 4 (parallax and parallax+gate against softmax, per optimizer): %+v", len(rep.Comparisons), rep.Comparisons)
+	if len(rep.Comparisons) != 8 {
+		t.Errorf("%d comparisons, want 8 (parallax and parallax+gate against softmax, per optimizer, on the final and the best loss): %+v",
+			len(rep.Comparisons), rep.Comparisons)
+	}
+	metrics := map[string]int{}
+	for _, c := range rep.Comparisons {
+		metrics[c.Metric]++
+	}
+	if metrics[train.StudyFinalLoss] != 4 || metrics[train.StudyBestLoss] != 4 {
+		t.Errorf("comparisons per metric: %v", metrics)
+	}
+	for _, r := range rep.Runs {
+		if r.Status == train.StudyFinished && (r.BestLoss == nil || *r.BestLoss > *r.FinalLoss) {
+			t.Errorf("run %s: best held-out loss %v above the final %v", r.Name, r.BestLoss, *r.FinalLoss)
+		}
 	}
 	for _, c := range rep.Comparisons {
 		switch {
@@ -210,6 +225,30 @@ func TestReportStudy(t *testing.T) {
 	code, stdout, stderr = runReportCLI("study", "--dir", study, "--out", filepath.Join(t.TempDir(), "r"), "--json")
 	if code != 0 || !json.Valid([]byte(stdout)) || !strings.Contains(stdout, `"exceeds_seed_noise"`) {
 		t.Errorf("--json: exit %d, %s\n%.300s", code, stderr, stdout)
+	}
+	// Without their weights, the Parallax runs report the stable ranks
+	// kept in study-ranks.json.
+	var before []train.StudyRun
+	for _, r := range rep.Runs {
+		if len(r.Ranks) > 0 {
+			before = append(before, r)
+			if err := os.Remove(filepath.Join(study, "runs", r.Name, model.WeightsFile)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(before) == 0 {
+		t.Fatal("no run with stable ranks")
+	}
+	again, err := train.LoadStudy(study)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range before {
+		i := slices.IndexFunc(again.Runs, func(r train.StudyRun) bool { return r.Name == b.Name })
+		if i < 0 || !reflect.DeepEqual(again.Runs[i].Ranks, b.Ranks) || again.Runs[i].Problem != "" {
+			t.Errorf("run %s without weights: ranks %+v (%q), want %+v", b.Name, again.Runs[i].Ranks, again.Runs[i].Problem, b.Ranks)
+		}
 	}
 	t.Logf("report:\n%s", md)
 }

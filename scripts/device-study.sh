@@ -17,8 +17,10 @@
 #   PRESETS="small gpt2-124m-like" WORK=/tmp/study-work OUT=/tmp/study-out
 #   DEADLINE=540 STUDY_TGZ= STEPS_small=600 STEPS_gpt2_124m_like=300
 #   JOBS_small=4 JOBS_gpt2_124m_like=2 GATE=1 CONTROL="heads headdim"
-#   SWEEP_LRS_MUON_P, SWEEP_LRS_ADAMW_P, SEEDS_P: preset P's own (P with
-#   "-" and "." as "_"), over study.sh's SWEEP_LRS_MUON, SWEEP_LRS_ADAMW, SEEDS;
+#   PACK_RESERVE=45 (seconds kept after the runs for the reports and the packing)
+#   SWEEP_LRS_MUON_P, SWEEP_LRS_ADAMW_P, SEEDS_P, GATE_P, CONTROL_P, LR_MUON_P,
+#   LR_ADAMW_P, MODE_P: preset P's own (P with "-" and "." as "_"; set, even
+#   empty, they override study.sh's variable of that name for P);
 #   SWEEP_LRS_ADAMW_gpt2_124m_like="6e-4 1.5e-3 3e-3" (GPT-2 small's 6e-4 and above)
 #
 # A CPU rehearsal (about a minute):
@@ -33,11 +35,12 @@ WORK=${WORK:-/tmp/study-work}
 OUT=${OUT:-/tmp/study-out}
 BIN=${PARALLAX_BIN:-./bin/parallax}
 DEADLINE=${DEADLINE:-540}
+PACK_RESERVE=${PACK_RESERVE:-45}
 STUDY_TGZ=${STUDY_TGZ:-}
-export GATE=${GATE:-1} CONTROL=${CONTROL:-heads headdim} EVAL_EVERY=${EVAL_EVERY:-50} LOG_EVERY=${LOG_EVERY:-25}
+export REPORT_TIMEOUT=${REPORT_TIMEOUT:-40} GATE=${GATE:-1} CONTROL=${CONTROL:-heads headdim} EVAL_EVERY=${EVAL_EVERY:-50} LOG_EVERY=${LOG_EVERY:-25}
 : "${STEPS_small:=600}" "${STEPS_gpt2_124m_like:=300}" "${JOBS_small:=4}" "${JOBS_gpt2_124m_like:=2}"
 : "${SWEEP_LRS_ADAMW_gpt2_124m_like:=6e-4 1.5e-3 3e-3}"
-export SAVE_EVERY=${SAVE_EVERY:-100000} PARALLAX_BIN=$BIN MODE=all
+export SAVE_EVERY=${SAVE_EVERY:-100000} PARALLAX_BIN=$BIN MODE=${MODE:-all}
 
 T0=$(date +%s)
 mkdir -p "$WORK" "$OUT"
@@ -58,11 +61,11 @@ for p in $PRESETS; do
 	jobs=${!jobs_var:-${JOBS:-2}}
 	# Per-preset sweep rates and seeds (SWEEP_LRS_ADAMW_gpt2_124m_like=...) over the common ones.
 	per=()
-	for k in SWEEP_LRS_MUON SWEEP_LRS_ADAMW SEEDS; do
+	for k in SWEEP_LRS_MUON SWEEP_LRS_ADAMW SEEDS GATE CONTROL LR_MUON LR_ADAMW MODE; do
 		kv=${k}_$v
-		[ -n "${!kv:-}" ] && per+=("$k=${!kv}")
+		[ -n "${!kv+set}" ] && per+=("$k=${!kv}")
 	done
-	left=$((DEADLINE - $(date +%s) + T0))
+	left=$((DEADLINE - PACK_RESERVE - $(date +%s) + T0))
 	if ((left < 60)); then
 		log "$p: not started, $left s left"
 		continue
@@ -74,7 +77,7 @@ for p in $PRESETS; do
 	# The report writes each run's study-ranks.json while the weights
 	# are still there (study.sh reports too, but a cut-short grid may not).
 	for d in "$WORK/$p/sweep" "$WORK/$p"; do
-		[ -d "$d" ] && "$BIN" report study --dir "$d" >/dev/null 2>>"$OUT/device-study.log"
+		[ -d "$d" ] && timeout 30 "$BIN" report study --dir "$d" >/dev/null 2>>"$OUT/device-study.log"
 	done
 done
 

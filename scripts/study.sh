@@ -232,7 +232,7 @@ sweep() {
 		done
 	done
 	wait
-	"$BIN" report study --dir "$root" >"$OUT/logs/sweep-report.log" 2>&1 || log "the sweep's report failed (logs/sweep-report.log)"
+	timeout "${REPORT_TIMEOUT:-120}" "$BIN" report study --dir "$root" >"$OUT/logs/sweep-report.log" 2>&1 || log "the sweep's report failed (logs/sweep-report.log)"
 	if [ -f "$root/report/best-lr.env" ]; then
 		log "sweep chose: $(tr '\n' ' ' <"$root/report/best-lr.env")"
 	fi
@@ -281,7 +281,7 @@ grid() {
 		done
 	done
 	wait
-	"$BIN" report study --dir "$OUT" >"$OUT/logs/report.log" 2>&1 || log "the report failed (logs/report.log)"
+	timeout "${REPORT_TIMEOUT:-120}" "$BIN" report study --dir "$OUT" >"$OUT/logs/report.log" 2>&1 || log "the report failed (logs/report.log)"
 	log "report: $OUT/report/study.md"
 }
 

@@ -3,6 +3,8 @@ package train
 import (
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
 
 	"github.com/parallax-engine/parallax/engine"
 	"github.com/parallax-engine/parallax/model"
@@ -146,38 +148,60 @@ type LayerRanks struct {
 
 // StableRanks computes the stable ranks of every layer's W_Q, W_K and (for
 // a Parallax model) W_R and the per-head W_R^T W_K circuits on the host.
+// The weights are read from the device one after another; the layers'
+// power iterations then run in parallel.
 func StableRanks(m *model.Model) ([]LayerRanks, error) {
 	c := m.Config
-	out := make([]LayerRanks, c.Layers)
-	for l := range out {
+	type weights struct{ q, k, r []float32 }
+	ws := make([]weights, c.Layers)
+	for l := range ws {
 		b := &m.Blocks[l]
-		q, err := engine.Float32s(b.Q.W)
-		if err != nil {
+		var err error
+		if ws[l].q, err = engine.Float32s(b.Q.W); err != nil {
 			return nil, fmt.Errorf("stable rank: %w", err)
 		}
-		k, err := engine.Float32s(b.K.W)
-		if err != nil {
+		if ws[l].k, err = engine.Float32s(b.K.W); err != nil {
 			return nil, fmt.Errorf("stable rank: %w", err)
 		}
-		out[l].Q = StableRank(q, c.QDim(), c.Dim)
-		out[l].K = StableRank(k, c.KVDim(), c.Dim)
-		if b.R == nil {
-			continue
+		if b.R != nil {
+			if ws[l].r, err = engine.Float32s(b.R.W); err != nil {
+				return nil, fmt.Errorf("stable rank: %w", err)
+			}
 		}
-		r, err := engine.Float32s(b.R.W)
-		if err != nil {
-			return nil, fmt.Errorf("stable rank: %w", err)
+	}
+	out := make([]LayerRanks, c.Layers)
+	parallelLayers(c.Layers, func(l int) {
+		w := ws[l]
+		out[l].Q = StableRank(w.q, c.QDim(), c.Dim)
+		out[l].K = StableRank(w.k, c.KVDim(), c.Dim)
+		if w.r == nil {
+			return
 		}
-		out[l].R = StableRank(r, c.QDim(), c.Dim)
+		out[l].R = StableRank(w.r, c.QDim(), c.Dim)
 		g := c.Heads / c.KVHeads
 		hd := c.HeadDim * c.Dim
 		for h := range c.Heads {
 			kv := h / g
 			out[l].Circuit = append(out[l].Circuit,
-				CircuitStableRank(r[h*hd:(h+1)*hd], k[kv*hd:(kv+1)*hd], c.HeadDim, c.Dim))
+				CircuitStableRank(w.r[h*hd:(h+1)*hd], w.k[kv*hd:(kv+1)*hd], c.HeadDim, c.Dim))
 		}
-	}
+	})
 	return out, nil
+}
+
+// parallelLayers runs f(0..n-1), at most GOMAXPROCS at a time.
+func parallelLayers(n int, f func(l int)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
+	for l := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			f(l)
+		}()
+	}
+	wg.Wait()
 }
 
 // FLOPsPerToken estimates the training FLOPs per token of a model at

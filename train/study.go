@@ -409,18 +409,21 @@ func CheckpointRanks(dir string, c model.Config) ([]StudyLayerRanks, error) {
 		}
 		return w, nil
 	}
-	out := make([]StudyLayerRanks, c.Layers)
-	for l := range out {
+	rs, ks := make([][]float32, c.Layers), make([][]float32, c.Layers)
+	for l := range rs {
 		pre := fmt.Sprintf("model.layers.%d.self_attn.", l)
-		r, err := read(pre+"r_proj.weight", c.QDim())
-		if err != nil {
+		if rs[l], err = read(pre+"r_proj.weight", c.QDim()); err != nil {
 			return nil, err
 		}
-		k, err := read(pre+"k_proj.weight", c.KVDim())
-		if err != nil {
+		if ks[l], err = read(pre+"k_proj.weight", c.KVDim()); err != nil {
 			return nil, err
 		}
-		out[l] = LayerCircuitRanks(r, k, c.Heads, c.KVHeads, c.HeadDim, c.Dim)
+	}
+	out := make([]StudyLayerRanks, c.Layers)
+	parallelLayers(c.Layers, func(l int) {
+		out[l] = LayerCircuitRanks(rs[l], ks[l], c.Heads, c.KVHeads, c.HeadDim, c.Dim)
+	})
+	for l := range out {
 		if !finite(out[l].R) || !finite(out[l].RK) || !finite(out[l].RKHead) {
 			return nil, fmt.Errorf("%s: layer %d: W_R or W_K is not finite", path, l)
 		}

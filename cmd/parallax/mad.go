@@ -30,7 +30,15 @@ Protocols: the full one (default) is MAD's: 66 settings, lr {1e-4, 5e-4,
 epoch, early stop at 0.999 test accuracy (396 runs per mixer and optimizer).
 --quick keeps each task's baseline setting, lr {5e-4, 1e-3} x wd {0} and at
 most 2,000 steps per run (12 runs per mixer and optimizer). The grid, epoch
-and size flags below adjust either.
+and size flags below adjust either. --settings picks each task's settings:
+baseline (6 in all), hard (the baseline plus the hardest value of each knob
+of the task's sweep: 24 in all) or all (the 66-setting sweep);
+--max-seq-len N drops the settings longer than N tokens from any of them.
+
+A run is identified by everything that determines its result, the seed
+included, so --seed 1 and --seed 2 into the same --out keep separate runs;
+the tables are the given seed's, followed by the mean and spread over every
+seed the directory holds.
 
 Finished runs are recorded in --out/runs/ and skipped when the same command
 runs again, so an interrupted suite (Ctrl-C) resumes where it stopped. At
@@ -42,6 +50,7 @@ const madExamples = `
   parallax mad --quick --mixers softmax,parallax --optimizer adamw,muon --device cuda:0
   parallax mad --tasks recall,noisy,copy --mixers parallax --out runs/mad-full
   parallax mad --quick --tasks compress --max-train 512 --max-test 128 --epochs 5 --device cpu
+  parallax mad --quick --settings hard --max-seq-len 512 --seed 2 --out runs/mad-hard
 `
 
 func runMAD(args []string, stdout, stderr io.Writer) error {
@@ -58,7 +67,8 @@ func runMAD(args []string, stdout, stderr io.Writer) error {
 	epochs := fs.Int("epochs", 0, "maximum epochs per run, also the cosine period (default 200)")
 	maxSteps := fs.Int("max-steps", 0, "cap each run's epochs at about this many steps; -1 removes the cap (default: quick 2000, full none)")
 	batch := fs.Int("batch", 0, "batch size (default 128)")
-	settings := fs.String("settings", "", "baseline (each task's baseline setting) or all (the 66-setting sweep); default: the protocol's")
+	settings := fs.String("settings", "", "baseline (each task's baseline setting), hard (the baseline and the hardest value of each swept knob) or all (the 66-setting sweep); default: the protocol's")
+	maxSeqLen := fs.Int("max-seq-len", 0, "drop the settings whose seq_len exceeds this (a shorter run, not MAD); 0: no cap")
 	maxTrain := fs.Int("max-train", 0, "use at most this many training examples per setting (reduced scale, not MAD)")
 	maxTest := fs.Int("max-test", 0, "use at most this many test examples per setting (reduced scale, not MAD)")
 	seed := fs.Uint64("seed", 1, "seed of the model initialisation and the data order")
@@ -80,6 +90,7 @@ func runMAD(args []string, stdout, stderr io.Writer) error {
 		numFlag("batch").atLeast(1),
 		numFlag("max-train").atLeast(1),
 		numFlag("max-test").atLeast(1),
+		numFlag("max-seq-len").atLeast(0),
 		numFlag("dim").atLeast(1).atMost(model.MaxWidth),
 		numFlag("heads").atLeast(1).atMost(model.MaxWidth),
 		numFlag("head-dim").atLeast(1).atMost(model.MaxWidth),
@@ -123,14 +134,14 @@ func runMAD(args []string, stdout, stderr io.Writer) error {
 		p.Batch = *batch
 	}
 	if set("settings") {
-		switch *settings {
-		case "baseline":
-			p.Baseline = true
-		case "all":
-			p.Baseline = false
-		default:
-			return usagef("--settings %q: want baseline or all", *settings)
+		v := strings.ToLower(strings.TrimSpace(*settings))
+		if !slices.Contains(mad.SettingsChoices(), v) {
+			return usagef("--settings %q: want baseline, hard or all", *settings)
 		}
+		p.Settings = v
+	}
+	if set("max-seq-len") {
+		p.MaxSeqLen = *maxSeqLen
 	}
 	if set("max-train") {
 		p.MaxTrain = *maxTrain
@@ -175,6 +186,23 @@ func runMAD(args []string, stdout, stderr io.Writer) error {
 		mc := mad.DefaultModelConfig(0, "")
 		mc.Dim, mc.Heads, mc.HeadDim = *dim, *heads, *headDim
 		cfg.Model = mc
+	}
+	if p.MaxSeqLen > 0 {
+		chosen := taskNames
+		if len(chosen) == 0 {
+			chosen = mad.Tasks()
+		}
+		left := 0
+		for _, t := range chosen {
+			ss, err := p.TaskSettings(t)
+			if err != nil {
+				return fmt.Errorf("settings of %s: %w", t, err)
+			}
+			left += len(ss)
+		}
+		if left == 0 {
+			return usagef("--max-seq-len %d leaves no setting of the chosen tasks to run", p.MaxSeqLen)
+		}
 	}
 
 	ctx, stop := interruptContext()

@@ -1,21 +1,46 @@
 package mad
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 )
+
+// The choices of Protocol.Settings: which settings of each task a suite runs.
+const (
+	// SettingsBaseline is each task's baseline setting (6 in all).
+	SettingsBaseline = "baseline"
+	// SettingsHard is each task's baseline plus the hardest value of each
+	// knob of its sweep (Hard; 24 in all), to separate mixers that both
+	// solve the baseline.
+	SettingsHard = "hard"
+	// SettingsAll is each task's whole sweep (Sweep; 66 in all).
+	SettingsAll = "all"
+)
+
+// SettingsChoices lists the values Protocol.Settings accepts, easiest first.
+func SettingsChoices() []string { return []string{SettingsBaseline, SettingsHard, SettingsAll} }
 
 // Protocol is how a suite trains: which settings of each task, the lr x
 // weight-decay grid, the epoch budget and the batch.
+//
+// Its JSON (in results.json) names the settings choice "settings" and also
+// writes the older boolean "baseline_only" (true for SettingsBaseline);
+// JSON without "settings" is read by "baseline_only", as earlier versions
+// wrote it.
 type Protocol struct {
-	Name string `json:"name"` // "full", "quick" or "custom"
-	// Baseline restricts every task to its baseline setting; otherwise the
-	// whole sweep (66 settings) runs.
-	Baseline bool      `json:"baseline_only"`
-	LRs      []float64 `json:"lrs"`
-	WDs      []float64 `json:"weight_decays"`
-	Epochs   int       `json:"epochs"` // at most this many epochs (the cosine period)
+	Name string `json:"name"` // "full", "quick", with "+custom" when flags changed it
+	// Settings picks each task's settings: SettingsBaseline, SettingsHard or
+	// SettingsAll; "" means SettingsAll.
+	Settings string `json:"settings"`
+	// MaxSeqLen, when > 0, drops every setting whose seq_len exceeds it
+	// (a shorter run, not MAD); a task left without settings is not run.
+	MaxSeqLen int       `json:"max_seq_len,omitempty"`
+	LRs       []float64 `json:"lrs"`
+	WDs       []float64 `json:"weight_decays"`
+	Epochs    int       `json:"epochs"` // at most this many epochs (the cosine period)
 	// MaxSteps, when > 0, caps the epochs of a setting at
 	// ceil(MaxSteps / steps per epoch) (still at most Epochs), so that a
 	// task with 12,800 examples gets 20 epochs and memorization, with 2
@@ -35,7 +60,7 @@ type Protocol struct {
 // decay in {0, 0.1}, at most 200 epochs of batch 128 with cosine decay to
 // 1e-6, early stop at 0.999 test accuracy.
 func FullProtocol() Protocol {
-	return Protocol{Name: "full", LRs: []float64{1e-4, 5e-4, 1e-3}, WDs: []float64{0, 0.1},
+	return Protocol{Name: "full", Settings: SettingsAll, LRs: []float64{1e-4, 5e-4, 1e-3}, WDs: []float64{0, 0.1},
 		Epochs: 200, Batch: 128, MinLR: 1e-6, StopAcc: 0.999, Seed: 1}
 }
 
@@ -47,7 +72,7 @@ func FullProtocol() Protocol {
 func QuickProtocol() Protocol {
 	p := FullProtocol()
 	p.Name = "quick"
-	p.Baseline = true
+	p.Settings = SettingsBaseline
 	p.LRs = []float64{5e-4, 1e-3}
 	p.WDs = []float64{0}
 	p.MaxSteps = 2000
@@ -65,6 +90,10 @@ func (p Protocol) Validate() error {
 		return fmt.Errorf("mad protocol: max steps, max train and max test must be >= 0")
 	case !(p.MinLR >= 0):
 		return fmt.Errorf("mad protocol: min lr %v < 0", p.MinLR)
+	case p.MaxSeqLen < 0:
+		return fmt.Errorf("mad protocol: max seq len %d must be >= 0", p.MaxSeqLen)
+	case !slices.Contains(SettingsChoices(), p.SettingsChoice()):
+		return fmt.Errorf("mad protocol: settings %q: want %s", p.Settings, strings.Join(SettingsChoices(), ", "))
 	}
 	for _, v := range p.LRs {
 		if !(v > 0) || math.IsInf(v, 0) {
@@ -79,15 +108,46 @@ func (p Protocol) Validate() error {
 	return nil
 }
 
-// TaskSettings returns the settings of task the protocol runs (with the
-// example caps applied).
-func (p Protocol) TaskSettings(task string) ([]Setting, error) {
-	all, err := Sweep(task)
-	if err != nil {
-		return nil, err
+// SettingsChoice is Settings with "" read as SettingsAll.
+func (p Protocol) SettingsChoice() string {
+	if p.Settings == "" {
+		return SettingsAll
 	}
-	if p.Baseline {
-		all = all[:1]
+	return p.Settings
+}
+
+// TaskSettings returns the settings of task the protocol runs (with the
+// example caps applied and the settings longer than MaxSeqLen dropped).
+func (p Protocol) TaskSettings(task string) ([]Setting, error) {
+	kept, _, err := p.selectSettings(task)
+	return kept, err
+}
+
+// DroppedSettings returns the settings of task that the settings choice
+// includes but MaxSeqLen drops (none when MaxSeqLen is 0).
+func (p Protocol) DroppedSettings(task string) ([]Setting, error) {
+	_, dropped, err := p.selectSettings(task)
+	return dropped, err
+}
+
+// selectSettings returns the settings of task the protocol runs and those
+// MaxSeqLen drops.
+func (p Protocol) selectSettings(task string) (kept, dropped []Setting, err error) {
+	var all []Setting
+	switch c := p.SettingsChoice(); c {
+	case SettingsBaseline:
+		var base Setting
+		base, err = Baseline(task)
+		all = []Setting{base}
+	case SettingsHard:
+		all, err = Hard(task)
+	case SettingsAll:
+		all, err = Sweep(task)
+	default:
+		err = fmt.Errorf("mad protocol: settings %q: want %s", c, strings.Join(SettingsChoices(), ", "))
+	}
+	if err != nil {
+		return nil, nil, err
 	}
 	for i := range all {
 		if p.MaxTrain > 0 && all[i].TrainExamples > p.MaxTrain {
@@ -98,13 +158,51 @@ func (p Protocol) TaskSettings(task string) ([]Setting, error) {
 		}
 	}
 	// Capping may merge settings that differed only in their size.
-	out := all[:0]
 	for _, s := range all {
-		if !slices.ContainsFunc(out, func(o Setting) bool { return o.ID() == s.ID() }) {
-			out = append(out, s)
+		if slices.ContainsFunc(kept, func(o Setting) bool { return o.ID() == s.ID() }) ||
+			slices.ContainsFunc(dropped, func(o Setting) bool { return o.ID() == s.ID() }) {
+			continue
+		}
+		if p.MaxSeqLen > 0 && s.SeqLen > p.MaxSeqLen {
+			dropped = append(dropped, s)
+		} else {
+			kept = append(kept, s)
 		}
 	}
-	return out, nil
+	return kept, dropped, nil
+}
+
+// protocolJSON is Protocol without its JSON methods.
+type protocolJSON Protocol
+
+// MarshalJSON writes the protocol with its settings choice both as
+// "settings" and, for readers of earlier results, as "baseline_only".
+func (p Protocol) MarshalJSON() ([]byte, error) {
+	p.Settings = p.SettingsChoice()
+	return json.Marshal(struct {
+		protocolJSON
+		Baseline bool `json:"baseline_only"`
+	}{protocolJSON(p), p.Settings == SettingsBaseline})
+}
+
+// UnmarshalJSON reads a protocol, taking the settings choice from
+// "settings" or, in results written before it existed, "baseline_only".
+func (p *Protocol) UnmarshalJSON(b []byte) error {
+	var v struct {
+		protocolJSON
+		Baseline *bool `json:"baseline_only"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return fmt.Errorf("mad protocol: %w", err)
+	}
+	*p = Protocol(v.protocolJSON)
+	if p.Settings == "" {
+		p.Settings = SettingsAll
+		if v.Baseline != nil && *v.Baseline {
+			p.Settings = SettingsBaseline
+		}
+	}
+	return nil
 }
 
 // EpochsFor is the epoch budget of a setting.

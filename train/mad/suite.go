@@ -106,7 +106,32 @@ type SuiteResult struct {
 	Settings    []SettingScore `json:"settings"`
 	TaskScores  []TaskScore    `json:"task_scores"`
 	Averages    []ComboScore   `json:"averages"`
-	Runs        []RunResult    `json:"runs"` // without their epoch histories (see runs/)
+	// Seeds lists, when the output directory holds runs of this plan under
+	// more than one run seed (Protocol.Seed: --seed 1, then --seed 2 into
+	// the same directory), those seeds in ascending order; OverSeeds then
+	// gives each combo's per-seed scores with their mean and spread. The
+	// fields above are the current seed's alone.
+	Seeds     []uint64    `json:"seeds,omitempty"`
+	OverSeeds []SeedScore `json:"over_seeds,omitempty"`
+	Runs      []RunResult `json:"runs"` // the current seed's, without their epoch histories (see runs/)
+}
+
+// AverageTask is the Task of a SeedScore that averages over the tasks.
+const AverageTask = "average"
+
+// SeedScore is a combo's macro test accuracy on a task (or, with Task
+// AverageTask, its mean over the tasks) under each run seed, with the mean
+// and spread over the seeds.
+type SeedScore struct {
+	Combo
+	Task     string   `json:"task"`      // a task or AverageTask
+	Seeds    []uint64 `json:"seeds"`     // the seeds with a score, ascending
+	TestAccs []Num    `json:"test_accs"` // one per seed, as Seeds
+	Mean     Num      `json:"mean"`
+	Std      Num      `json:"std"` // sample standard deviation (n-1); null for one seed
+	Min      Num      `json:"min"`
+	Max      Num      `json:"max"`
+	Complete bool     `json:"complete"` // every seed's score is complete
 }
 
 func (c *SuiteConfig) fill() {
@@ -356,10 +381,20 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*SuiteResult, error) {
 		tasks = append(tasks, t)
 	}
 	cfg.Tasks, cfg.Mixers, cfg.Optimizers = unique(tasks), unique(cfg.Mixers), unique(cfg.Optimizers)
+	s := &suite{cfg: cfg, out: cfg.Stdout, start: time.Now()}
+	if cfg.Protocol.MaxSeqLen > 0 {
+		kept, err := s.dropLong()
+		if err != nil {
+			return nil, err
+		}
+		if len(kept) == 0 {
+			return nil, fmt.Errorf("mad: max seq len %d leaves no setting of %s to run", cfg.Protocol.MaxSeqLen, strings.Join(cfg.Tasks, ", "))
+		}
+		cfg.Tasks, s.cfg.Tasks = kept, kept
+	}
 	if err := os.MkdirAll(filepath.Join(cfg.Out, RunsDir), 0o755); err != nil {
 		return nil, fmt.Errorf("mad: %w", err)
 	}
-	s := &suite{cfg: cfg, out: cfg.Stdout, start: time.Now()}
 	plan, err := cfg.Plan()
 	if err != nil {
 		return nil, err
@@ -457,6 +492,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*SuiteResult, error) {
 		done[r.Key] = r
 	}
 	res := aggregate(cfg, plan, done)
+	res.Seeds, res.OverSeeds = overSeeds(cfg, res, done)
 	res.Resumed = resumed
 	res.Device = s.device
 	res.Seconds = time.Since(s.start).Seconds()
@@ -468,6 +504,136 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*SuiteResult, error) {
 		return res, firstErr
 	}
 	return res, nil
+}
+
+// dropLong prints a note for every setting that the protocol's MaxSeqLen
+// drops and returns the tasks that keep at least one setting.
+func (s *suite) dropLong() ([]string, error) {
+	p := s.cfg.Protocol
+	var kept []string
+	for _, task := range s.cfg.Tasks {
+		dropped, err := p.DroppedSettings(task)
+		if err != nil {
+			return nil, fmt.Errorf("mad: %w", err)
+		}
+		for _, d := range dropped {
+			what := d.Change
+			if !strings.HasPrefix(what, "seq_len=") {
+				what += fmt.Sprintf(" (seq_len %d)", d.SeqLen)
+			}
+			s.printf("mad: note: max seq len %d drops %s %s\n", p.MaxSeqLen, task, what)
+		}
+		left, err := p.TaskSettings(task)
+		if err != nil {
+			return nil, fmt.Errorf("mad: %w", err)
+		}
+		if len(left) == 0 {
+			s.printf("mad: note: max seq len %d leaves no setting of %s; the task is not run\n", p.MaxSeqLen, task)
+			continue
+		}
+		kept = append(kept, task)
+	}
+	return kept, nil
+}
+
+// overSeeds scores cfg's plan under every run seed of which done holds a
+// finished run (cur is the current seed's result) and summarises each
+// combo's task and average scores over those seeds. It returns nothing
+// when fewer than two seeds have results.
+func overSeeds(cfg SuiteConfig, cur *SuiteResult, done map[string]RunResult) ([]uint64, []SeedScore) {
+	per := map[uint64]*SuiteResult{}
+	if cur.Finished > 0 {
+		per[cfg.Protocol.Seed] = cur
+	}
+	tried := map[uint64]bool{cfg.Protocol.Seed: true}
+	for _, r := range done {
+		sd := r.Spec.Seed
+		if tried[sd] {
+			continue
+		}
+		tried[sd] = true
+		c := cfg
+		c.Protocol.Seed = sd
+		plan, err := c.Plan()
+		if err != nil {
+			continue
+		}
+		if other := aggregate(c, plan, done); other.Finished > 0 {
+			per[sd] = other
+		}
+	}
+	if len(per) < 2 {
+		return nil, nil
+	}
+	seeds := make([]uint64, 0, len(per))
+	for sd := range per {
+		seeds = append(seeds, sd)
+	}
+	slices.Sort(seeds)
+	var out []SeedScore
+	for _, cb := range cur.Combos {
+		for _, task := range append(slices.Clone(cfg.Tasks), AverageTask) {
+			sc := SeedScore{Combo: cb, Task: task, Complete: true}
+			for _, sd := range seeds {
+				r := per[sd]
+				var v Num
+				var complete bool
+				if task == AverageTask {
+					a, _ := r.Average(cb)
+					v, complete = a.TestAcc, a.Complete && a.Tasks == len(r.Tasks)
+				} else {
+					ts, _ := r.Task(cb, task)
+					v, complete = ts.TestAcc, ts.Complete
+				}
+				if !complete {
+					sc.Complete = false
+				}
+				if math.IsNaN(float64(v)) {
+					continue
+				}
+				sc.Seeds = append(sc.Seeds, sd)
+				sc.TestAccs = append(sc.TestAccs, v)
+			}
+			sc.Mean, sc.Std, sc.Min, sc.Max = spread(sc.TestAccs)
+			out = append(out, sc)
+		}
+	}
+	return seeds, out
+}
+
+// spread is the mean, sample standard deviation (NaN below two values),
+// minimum and maximum of vals (all NaN when empty).
+func spread(vals []Num) (mean, std, lo, hi Num) {
+	nan := Num(math.NaN())
+	if len(vals) == 0 {
+		return nan, nan, nan, nan
+	}
+	var sum float64
+	lo, hi = vals[0], vals[0]
+	for _, v := range vals {
+		sum += float64(v)
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	m := sum / float64(len(vals))
+	if len(vals) < 2 {
+		return Num(m), nan, lo, hi
+	}
+	var ss float64
+	for _, v := range vals {
+		ss += (float64(v) - m) * (float64(v) - m)
+	}
+	return Num(m), Num(math.Sqrt(ss / float64(len(vals)-1))), lo, hi
+}
+
+// SeedScore returns a combo's summary over seeds on a task or AverageTask
+// (ok false if absent, as when only one seed has results).
+func (r *SuiteResult) SeedScore(cb Combo, task string) (SeedScore, bool) {
+	for _, sc := range r.OverSeeds {
+		if sc.Combo == cb && sc.Task == task {
+			return sc, true
+		}
+	}
+	return SeedScore{}, false
 }
 
 // runOne trains one run and records it.
@@ -663,12 +829,85 @@ func (r *SuiteResult) grid(micro bool) [][]string {
 
 func (r *SuiteResult) caption() string {
 	p := r.Protocol
-	settings := "all settings of the sweep"
-	if p.Baseline {
+	var settings string
+	switch p.SettingsChoice() {
+	case SettingsBaseline:
 		settings = "the baseline setting of each task"
+	case SettingsHard:
+		settings = "the baseline and the hardest value of each swept knob of each task"
+	default:
+		settings = "all settings of the sweep"
 	}
-	return fmt.Sprintf("MAD, %s protocol (%s; lr %v x weight decay %v; <= %d epochs%s; batch %d): test accuracy at the best test perplexity, best of the grid per setting, mean over settings",
-		p.Name, settings, p.LRs, p.WDs, p.Epochs, stepsNote(p), p.Batch)
+	if p.MaxSeqLen > 0 {
+		settings += fmt.Sprintf(" up to seq_len %d", p.MaxSeqLen)
+	}
+	return fmt.Sprintf("MAD, %s protocol (%s; lr %v x weight decay %v; <= %d epochs%s; batch %d; seed %d): test accuracy at the best test perplexity, best of the grid per setting, mean over settings",
+		p.Name, settings, p.LRs, p.WDs, p.Epochs, stepsNote(p), p.Batch, p.Seed)
+}
+
+// seedsTitle names the over-seeds table, pm standing for "plus-minus".
+func (r *SuiteResult) seedsTitle(pm string) string {
+	var names []string
+	for _, sd := range r.Seeds {
+		names = append(names, fmt.Sprint(sd))
+	}
+	return fmt.Sprintf("macro accuracy over seeds %s (mean%ssample std; n: the seeds with a score, when fewer)", strings.Join(names, ", "), pm)
+}
+
+// seedGrid returns the over-seeds table's rows (nil without OverSeeds):
+// cells "mean+-std", "*" when some run is missing.
+func (r *SuiteResult) seedGrid(pm string) [][]string {
+	if len(r.OverSeeds) == 0 {
+		return nil
+	}
+	head := []string{"task"}
+	for _, cb := range r.Combos {
+		head = append(head, cb.Name())
+	}
+	rows := [][]string{head}
+	for _, task := range append(slices.Clone(r.Tasks), AverageTask) {
+		row := []string{task}
+		for _, cb := range r.Combos {
+			sc, _ := r.SeedScore(cb, task)
+			c := "-"
+			switch {
+			case len(sc.TestAccs) == 1:
+				c = fmt.Sprintf("%.3f (n=1)", sc.Mean)
+			case len(sc.TestAccs) > 1:
+				c = fmt.Sprintf("%.3f%s%.3f", sc.Mean, pm, sc.Std)
+				if len(sc.TestAccs) < len(r.Seeds) {
+					c += fmt.Sprintf(" (n=%d)", len(sc.TestAccs))
+				}
+			}
+			if c != "-" && !sc.Complete {
+				c += "*"
+			}
+			row = append(row, c)
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// writeAligned writes rows as a left-aligned first column and
+// right-aligned others.
+func writeAligned(b *strings.Builder, rows [][]string) {
+	widths := make([]int, len(rows[0]))
+	for _, row := range rows {
+		for i, c := range row {
+			widths[i] = max(widths[i], len(c))
+		}
+	}
+	for _, row := range rows {
+		for i, c := range row {
+			if i == 0 {
+				fmt.Fprintf(b, "%-*s", widths[i], c)
+			} else {
+				fmt.Fprintf(b, "  %*s", widths[i], c)
+			}
+		}
+		b.WriteString("\n")
+	}
 }
 
 func stepsNote(p Protocol) string {
@@ -693,23 +932,11 @@ func (r *SuiteResult) Table() string {
 			name = "micro accuracy"
 		}
 		fmt.Fprintf(&b, "\n%s\n", name)
-		rows := r.grid(micro)
-		widths := make([]int, len(rows[0]))
-		for _, row := range rows {
-			for i, c := range row {
-				widths[i] = max(widths[i], len(c))
-			}
-		}
-		for _, row := range rows {
-			for i, c := range row {
-				if i == 0 {
-					fmt.Fprintf(&b, "%-*s", widths[i], c)
-				} else {
-					fmt.Fprintf(&b, "  %*s", widths[i], c)
-				}
-			}
-			b.WriteString("\n")
-		}
+		writeAligned(&b, r.grid(micro))
+	}
+	if rows := r.seedGrid("+-"); rows != nil {
+		fmt.Fprintf(&b, "\n%s\n", r.seedsTitle(" +- "))
+		writeAligned(&b, rows)
 	}
 	if r.Finished < r.Planned {
 		fmt.Fprintf(&b, "\n* %d of %d runs finished; rerun the same command to complete the rest.\n", r.Finished, r.Planned)
@@ -731,6 +958,15 @@ func (r *SuiteResult) Markdown() string {
 		}
 		fmt.Fprintf(&b, "\n%s:\n\n", name)
 		for i, row := range r.grid(micro) {
+			b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+			if i == 0 {
+				b.WriteString("|---" + strings.Repeat("|---:", len(row)-1) + "|\n")
+			}
+		}
+	}
+	if rows := r.seedGrid(" ± "); rows != nil {
+		fmt.Fprintf(&b, "\nM%s:\n\n", strings.TrimPrefix(r.seedsTitle(" ± "), "m"))
+		for i, row := range rows {
 			b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 			if i == 0 {
 				b.WriteString("|---" + strings.Repeat("|---:", len(row)-1) + "|\n")

@@ -140,6 +140,54 @@ func Baseline(task string) (Setting, error) {
 	return s, nil
 }
 
+// change is one knob of a task's sweep and the values it takes, easiest
+// first as the reference lists them.
+type change struct {
+	key  string
+	vals []float64
+}
+
+// sweepChanges lists a task's sweep (make_benchmark_mad_configs), in the
+// reference's order; the last value of each knob is its hardest.
+func sweepChanges(task string) []change {
+	sizes := change{"num_train_examples", []float64{6400, 3200, 1600, 800}}
+	switch task {
+	case InContextRecall, FuzzyInContextRecall:
+		return []change{{"vocab_size", []float64{32, 64, 128}}, {"seq_len", []float64{256, 512, 1024}}, sizes}
+	case NoisyInContextRecall:
+		// 32/64/128 content tokens plus the 16 noise ids.
+		return []change{{"vocab_size", []float64{48, 80, 144}}, {"seq_len", []float64{256, 512, 1024}}, sizes,
+			{"frac_noise", []float64{0.4, 0.6, 0.8}}}
+	case SelectiveCopying:
+		return []change{{"vocab_size", []float64{32, 64, 128}}, {"seq_len", []float64{512, 1024}}, sizes,
+			{"num_tokens_to_copy", []float64{32, 64, 96}}}
+	case Compression:
+		return []change{{"vocab_size", []float64{32, 64, 128}}, {"seq_len", []float64{64, 128, 256}}, sizes}
+	case Memorization:
+		return []change{{"vocab_size", []float64{512, 1024, 2048, 4096, 8192}}}
+	}
+	return nil
+}
+
+// apply returns base with knob key set to v and Change naming it.
+func (c change) apply(base Setting, v float64) Setting {
+	s := base
+	switch c.key {
+	case "vocab_size":
+		s.Vocab = int(v)
+	case "seq_len":
+		s.SeqLen = int(v)
+	case "num_train_examples":
+		s.TrainExamples = int(v)
+	case "frac_noise":
+		s.FracNoise = v
+	case "num_tokens_to_copy":
+		s.CopyTokens = int(v)
+	}
+	s.Change = c.key + "=" + strconv.FormatFloat(v, 'g', -1, 64)
+	return s
+}
+
 // Sweep returns a task's settings: the baseline, then each listed change
 // applied to the baseline one at a time (not a factorial grid), in the
 // reference's order (make_benchmark_mad_configs).
@@ -148,46 +196,28 @@ func Sweep(task string) ([]Setting, error) {
 	if err != nil {
 		return nil, err
 	}
-	type change struct {
-		key  string
-		vals []float64
+	out := []Setting{base}
+	for _, c := range sweepChanges(task) {
+		for _, v := range c.vals {
+			out = append(out, c.apply(base, v))
+		}
 	}
-	sizes := change{"num_train_examples", []float64{6400, 3200, 1600, 800}}
-	var changes []change
-	switch task {
-	case InContextRecall, FuzzyInContextRecall:
-		changes = []change{{"vocab_size", []float64{32, 64, 128}}, {"seq_len", []float64{256, 512, 1024}}, sizes}
-	case NoisyInContextRecall:
-		// 32/64/128 content tokens plus the 16 noise ids.
-		changes = []change{{"vocab_size", []float64{48, 80, 144}}, {"seq_len", []float64{256, 512, 1024}}, sizes,
-			{"frac_noise", []float64{0.4, 0.6, 0.8}}}
-	case SelectiveCopying:
-		changes = []change{{"vocab_size", []float64{32, 64, 128}}, {"seq_len", []float64{512, 1024}}, sizes,
-			{"num_tokens_to_copy", []float64{32, 64, 96}}}
-	case Compression:
-		changes = []change{{"vocab_size", []float64{32, 64, 128}}, {"seq_len", []float64{64, 128, 256}}, sizes}
-	case Memorization:
-		changes = []change{{"vocab_size", []float64{512, 1024, 2048, 4096, 8192}}}
+	return out, nil
+}
+
+// Hard returns a task's hard set: the baseline, then the hardest value of
+// each knob of its sweep (the sweep's last value of each change, applied to
+// the baseline alone): for in-context recall vocab_size=128, seq_len=1024
+// and num_train_examples=800. It is a subset of Sweep, in Sweep's order, so
+// its runs are shared with a full sweep in the same output directory.
+func Hard(task string) ([]Setting, error) {
+	base, err := Baseline(task)
+	if err != nil {
+		return nil, err
 	}
 	out := []Setting{base}
-	for _, c := range changes {
-		for _, v := range c.vals {
-			s := base
-			switch c.key {
-			case "vocab_size":
-				s.Vocab = int(v)
-			case "seq_len":
-				s.SeqLen = int(v)
-			case "num_train_examples":
-				s.TrainExamples = int(v)
-			case "frac_noise":
-				s.FracNoise = v
-			case "num_tokens_to_copy":
-				s.CopyTokens = int(v)
-			}
-			s.Change = c.key + "=" + strconv.FormatFloat(v, 'g', -1, 64)
-			out = append(out, s)
-		}
+	for _, c := range sweepChanges(task) {
+		out = append(out, c.apply(base, c.vals[len(c.vals)-1]))
 	}
 	return out, nil
 }

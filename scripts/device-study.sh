@@ -6,7 +6,7 @@
 # $WORK/PRESET, all under one DEADLINE. Then every preset's folder, less
 # the weights, optimizer states and tokenized data, is packed into
 # $OUT/study.tgz (each finished Parallax run keeps its stable ranks in
-# study-ranks.json, written by the report on the device). A later call
+# study-ranks.json, written by study.sh's report on the device). A later call
 # given that archive back (STUDY_TGZ=...) unpacks it into $WORK first and
 # skips every finished run, so a study longer than one call is finished
 # by the next. Here, summarise with
@@ -74,11 +74,6 @@ for p in $PRESETS; do
 	env "${per[@]}" OUT="$WORK/$p" PRESETS=$p STEPS=$steps JOBS=$jobs SWEEP_STEPS=${SWEEP_STEPS:-$((steps / 2))} DEADLINE=$left \
 		bash scripts/study.sh >>"$OUT/device-study.log" 2>&1
 	log "$p: study.sh exit $?"
-	# The report writes each run's study-ranks.json while the weights
-	# are still there (study.sh reports too, but a cut-short grid may not).
-	for d in "$WORK/$p/sweep" "$WORK/$p"; do
-		[ -d "$d" ] && timeout 30 "$BIN" report study --dir "$d" >/dev/null 2>>"$OUT/device-study.log"
-	done
 done
 
 # shared/ (each preset's tokenizer and tokenized corpus) is made again

@@ -204,16 +204,16 @@ func aggregate(cs []curve) band {
 	var b band
 	for _, x := range xs {
 		v := vals[x]
-		m, _ := meanStd(v)
+		m, _ := MeanStd(v)
 		b.x, b.mean, b.n = append(b.x, x), append(b.mean, m), append(b.n, len(v))
 		b.lo, b.hi = append(b.lo, slices.Min(v)), append(b.hi, slices.Max(v))
 	}
 	return b
 }
 
-// meanStd is the mean and the sample standard deviation (n - 1; 0 for a
-// single value).
-func meanStd(v []float64) (mean, std float64) {
+// MeanStd is the mean and the sample standard deviation (n - 1; 0 for a
+// single value) of v, NaN for both when v is empty.
+func MeanStd(v []float64) (mean, std float64) {
 	if len(v) == 0 {
 		return math.NaN(), math.NaN()
 	}
@@ -428,10 +428,10 @@ func (r AdaptRun) final() runFinal {
 				f.best, f.bestAt = *rec.ValLoss, float64(rec.Step)*tps
 			}
 			if len(rec.SRankR) > 0 {
-				f.srank, _ = meanStd(rec.SRankR)
+				f.srank, _ = MeanStd(rec.SRankR)
 			}
 		case !rec.Eval && len(rec.COR) > 0:
-			f.cor, _ = meanStd(rec.COR)
+			f.cor, _ = MeanStd(rec.COR)
 		}
 	}
 	f.tokens = f.steps * tps
@@ -450,7 +450,7 @@ func (r AdaptRun) final() runFinal {
 func AdaptTable(runs []AdaptRun, base *AdaptRun) string {
 	var b strings.Builder
 	fmtPM := func(v []float64) string {
-		m, s := meanStd(v)
+		m, s := MeanStd(v)
 		if math.IsNaN(m) {
 			return "n/a"
 		}
@@ -466,7 +466,7 @@ func AdaptTable(runs []AdaptRun, base *AdaptRun) string {
 		if len(ok) == 0 {
 			return ""
 		}
-		m, _ := meanStd(ok)
+		m, _ := MeanStd(ok)
 		return strconv.FormatFloat(m, 'f', prec, 64)
 	}
 	if base != nil {
@@ -530,8 +530,8 @@ func AdaptTable(runs []AdaptRun, base *AdaptRun) string {
 			for _, f := range fb {
 				vb = append(vb, pick(f))
 			}
-			ma, sa := meanStd(va)
-			mb, sb := meanStd(vb)
+			ma, sa := MeanStd(va)
+			mb, sb := MeanStd(vb)
 			return fmt.Sprintf("%.4f ± %.4f", mb-ma, math.Sqrt(sa*sa+sb*sb))
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", optimizerLabel(opt),

@@ -216,7 +216,7 @@ func TestAggregate(t *testing.T) {
 	if fmt.Sprint(s.X, s.Y) != "[1 1 1 1 2 2 2 2] [2 1 3 2 6 4 9 6]" {
 		t.Errorf("band series %v %v", s.X, s.Y)
 	}
-	if m, sd := meanStd([]float64{1, 2, 3}); m != 2 || sd != 1 {
+	if m, sd := MeanStd([]float64{1, 2, 3}); m != 2 || sd != 1 {
 		t.Errorf("meanStd = %v, %v, want 2, 1", m, sd)
 	}
 }

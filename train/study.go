@@ -512,8 +512,8 @@ func StudyGroups(runs []StudyRun) []StudyGroup {
 			}
 			sr, rk, rkh = append(sr, a), append(rk, b), append(rkh, c)
 		}
-		g.Mean, g.Std = meanStd(loss)
-		g.BestMean, g.BestStd = meanStd(best)
+		g.Mean, g.Std = MeanStd(loss)
+		g.BestMean, g.BestStd = MeanStd(best)
 		g.Min, g.Max = slices.Min(loss), slices.Max(loss)
 		g.COR, g.Gate, g.SRankR, g.SRankRK, g.SRankRKHead = layerMeans(cor), layerMeans(gate), layerMeans(sr), layerMeans(rk), layerMeans(rkh)
 	}
@@ -570,7 +570,7 @@ func layerMeans(vals [][]float64) Floats {
 			}
 			return out
 		}
-		m, _ := meanStd(v)
+		m, _ := MeanStd(v)
 		out = append(out, m)
 	}
 }

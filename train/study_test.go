@@ -160,7 +160,7 @@ func TestStudySweepAndStats(t *testing.T) {
 		for _, r := range g.runs {
 			v = append(v, *r.FinalLoss)
 		}
-		g.Mean, g.Std = meanStd(v)
+		g.Mean, g.Std = MeanStd(v)
 		return g
 	}
 	groups := []StudyGroup{

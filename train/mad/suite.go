@@ -512,7 +512,7 @@ func (s *suite) dropLong() ([]string, error) {
 	p := s.cfg.Protocol
 	var kept []string
 	for _, task := range s.cfg.Tasks {
-		dropped, err := p.DroppedSettings(task)
+		left, dropped, err := p.selectSettings(task)
 		if err != nil {
 			return nil, fmt.Errorf("mad: %w", err)
 		}
@@ -522,10 +522,6 @@ func (s *suite) dropLong() ([]string, error) {
 				what += fmt.Sprintf(" (seq_len %d)", d.SeqLen)
 			}
 			s.printf("mad: note: max seq len %d drops %s %s\n", p.MaxSeqLen, task, what)
-		}
-		left, err := p.TaskSettings(task)
-		if err != nil {
-			return nil, fmt.Errorf("mad: %w", err)
 		}
 		if len(left) == 0 {
 			s.printf("mad: note: max seq len %d leaves no setting of %s; the task is not run\n", p.MaxSeqLen, task)
@@ -608,21 +604,15 @@ func spread(vals []Num) (mean, std, lo, hi Num) {
 	if len(vals) == 0 {
 		return nan, nan, nan, nan
 	}
-	var sum float64
-	lo, hi = vals[0], vals[0]
-	for _, v := range vals {
-		sum += float64(v)
-		lo, hi = min(lo, v), max(hi, v)
+	f := make([]float64, len(vals))
+	for i, v := range vals {
+		f[i] = float64(v)
 	}
-	m := sum / float64(len(vals))
+	m, sd := train.MeanStd(f)
 	if len(vals) < 2 {
-		return Num(m), nan, lo, hi
+		sd = math.NaN()
 	}
-	var ss float64
-	for _, v := range vals {
-		ss += (float64(v) - m) * (float64(v) - m)
-	}
-	return Num(m), Num(math.Sqrt(ss / float64(len(vals)-1))), lo, hi
+	return Num(m), Num(sd), slices.Min(vals), slices.Max(vals)
 }
 
 // SeedScore returns a combo's summary over seeds on a task or AverageTask

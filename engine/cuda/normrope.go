@@ -42,6 +42,18 @@ func normRoPEUnits(b, l, h, lpr, maxBlocks int) (hpu int, grid [3]int) {
 	return hpu, [3]int{int(max(1, min(blocks, int64(maxBlocks)))), 1, 1}
 }
 
+// normRoPEKernel is the 16-byte kernel name for these activations: the
+// 16-bit-only kernel when all are bf16 or f16 (it carries no f32 path and
+// so fewer registers), else its "w" variant.
+func normRoPEKernel(name string, acts ...*engine.Tensor) string {
+	for _, t := range acts {
+		if t.DType() != engine.BF16 && t.DType() != engine.F16 {
+			return name + "w"
+		}
+	}
+	return name
+}
+
 // ropeMaxPairs is ROPE_FMAX of common.cuh: the most pairs whose
 // frequencies a kernel holds in shared memory (and so takes from a table).
 const ropeMaxPairs = 256
@@ -107,7 +119,7 @@ func (d *Device) RMSNormRoPE(out, rstd, x, w, pos *engine.Tensor, eps, theta flo
 			return err
 		}
 		hpu, g := normRoPEUnits(b, l, h, lpr, 1<<20)
-		return d.launch(normRoPEModule, "normrope8", g, threads256, 0,
+		return d.launch(normRoPEModule, normRoPEKernel("normrope8", out, x), g, threads256, 0,
 			newArgs().p(ptr(out)).i(dt(out)).p(ptr(rstd)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).p(ptr(pos)).
 				i(b).i(l).i(h).i(dim).i(hpu).i(perSeq).f(eps).f(theta).i(lpr).p(tab))
 	}
@@ -147,7 +159,7 @@ func (d *Device) RMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos *engine.Tenso
 			return err
 		}
 		defer d.alloc.put(part)
-		if err := d.launch(normRoPEModule, "normrope_bwd8", g, threads256, 8*4*dim,
+		if err := d.launch(normRoPEModule, normRoPEKernel("normrope_bwd8", dX, dOut, x), g, threads256, 0,
 			newArgs().p(ptr(dX)).i(dt(dX)).p(part.ptr).p(ptr(dOut)).i(dt(dOut)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).
 				p(ptr(rstd)).p(ptr(pos)).i(b).i(l).i(h).i(dim).i(hpu).i(perSeq).f(theta).i(lpr).p(tab)); err != nil {
 			return err

@@ -46,41 +46,112 @@ __device__ __forceinline__ void nr_unit(i64 u, int L, int chunks, int hpu, int *
 	*h0 = (int)(bc - (i64)*b * chunks) * hpu;
 }
 
-extern "C" __global__ void normrope8(void *out, int dto, float *rstd, const void *x, int dtx, const void *w, int dtw,
-                                     const int *pos, int B, int L, int H, int D, int hpu, int per_seq, float eps,
-                                     float theta, int lpr, const double *ftab) {
+// nr_ld and nr_st move 8 activation elements: with H16 the tensor is
+// known to be 16-bit (bf16 or f16: one 16-byte access), so the kernel
+// carries no f32 path, whose two accesses and their registers the
+// compiler would otherwise keep beside the 16-bit one.
+template <bool H16> __device__ __forceinline__ void nr_ld(const void *p, int dt, i64 i, float *v) {
+	if (!H16) return ld8f(p, dt, i, v);
+	uint4 a = ((const uint4 *)p)[i >> 3];
+	u32 q[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		u16 lo = (u16)(q[k] & 0xffffu), hi = (u16)(q[k] >> 16);
+		v[2 * k] = dt == DT_BF16 ? bf2f(lo) : h2f(lo);
+		v[2 * k + 1] = dt == DT_BF16 ? bf2f(hi) : h2f(hi);
+	}
+}
+
+template <bool H16> __device__ __forceinline__ void nr_st(void *p, int dt, i64 i, const float *v) {
+	if (!H16) return st8f(p, dt, i, v);
+	u32 q[4];
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		u16 lo = dt == DT_BF16 ? f2bf(v[2 * k]) : f2h(v[2 * k]);
+		u16 hi = dt == DT_BF16 ? f2bf(v[2 * k + 1]) : f2h(v[2 * k + 1]);
+		q[k] = (u32)lo | ((u32)hi << 16);
+	}
+	((uint4 *)p)[i >> 3] = make_uint4(q[0], q[1], q[2], q[3]);
+}
+
+// nr_w8 reads the norm weight's elements i..i+7 from its f32 copy in
+// shared memory. The loads are volatile so that the compiler does not
+// hoist them out of the row loop into 16 registers a lane, which is what
+// it does with plain loads of the loop-invariant weight.
+__device__ __forceinline__ void nr_w8(const float *shw, int i, float *v) {
+	u32 a = smem_addr(shw + i);
+	asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3]) : "r"(a));
+	asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+	             : "=f"(v[4]), "=f"(v[5]), "=f"(v[6]), "=f"(v[7])
+	             : "r"(a + 16));
+}
+
+// A lane's slots: per-lane values kept in shared memory rather than
+// registers, float4 q of thread t at byte (q blockDim + t) 16 (so a
+// warp's accesses are consecutive and conflict-free). Slots 0-3 hold the
+// unit's cos and sin (8 each), 4-7 the backward's dW partial sums. Volatile
+// like nr_w8, and stores volatile too so that they stay ordered with the
+// loads.
+__device__ __forceinline__ u32 nr_slot(u32 base, int q) { return base + (u32)(q * blockDim.x + threadIdx.x) * 16u; }
+__device__ __forceinline__ void nr_sld8(u32 base, int q, float *v) {
+	u32 a = nr_slot(base, q), b = nr_slot(base, q + 1);
+	asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3]) : "r"(a));
+	asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v[4]), "=f"(v[5]), "=f"(v[6]), "=f"(v[7]) : "r"(b));
+}
+__device__ __forceinline__ void nr_sst8(u32 base, int q, const float *v) {
+	u32 a = nr_slot(base, q), b = nr_slot(base, q + 1);
+	asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(a), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]));
+	asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(b), "f"(v[4]), "f"(v[5]), "f"(v[6]), "f"(v[7]));
+}
+
+// nr_angles stores cos and sin of position p times the lane's 8
+// frequencies into its slots 0-3.
+__device__ __forceinline__ void nr_angles(u32 slots, int p, const double *fr, int i0) {
+	float c[8], s[8];
+#pragma unroll
+	for (int k = 0; k < 8; k++) nr_sincos(p, fr[i0 + k], &c[k], &s[k]);
+	nr_sst8(slots, 0, c);
+	nr_sst8(slots, 2, s);
+}
+
+// Registers decide these kernels' speed: a row is one dependent round trip
+// to memory, so the bytes in flight a multiprocessor, which must cover the
+// memory's latency, are the resident lanes times their loads. At 120
+// (forward) and 165 (backward) registers, with the frequencies, the norm
+// weight, the angles and the dW sums held a lane, only two and one blocks
+// of 256 fitted and the kernels ran at a quarter of the bandwidth. So the
+// frequencies, the f32 norm weight (D elements), the angles and the dW
+// partial sums live in shared memory and are read where they are used.
+template <bool H16>
+__device__ __forceinline__ void normrope8_body(void *out, int dto, float *rstd, const void *x, int dtx, const void *w,
+                                               int dtw, const int *pos, int B, int L, int H, int D, int hpu,
+                                               int per_seq, float eps, float theta, int lpr, const double *ftab) {
 	int lane = threadIdx.x & 31, sub = lane & (lpr - 1), gpw = 32 / lpr;
 	int half = D >> 1, i0 = 8 * sub;
 	int chunks = (H + hpu - 1) / hpu;
 	i64 units = (i64)B * L * chunks;
 	i64 warp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), nwarps = (i64)gridDim.x * (blockDim.x >> 5);
 	__shared__ double fr[ROPE_FMAX];
-	rope_freqs(fr, theta, D, ftab);
-	double f[8];
-	float w1[8], w2[8];
-#pragma unroll
-	for (int k = 0; k < 8; k++) f[k] = fr[i0 + k];
-	ld8f(w, dtw, i0, w1);
-	ld8f(w, dtw, i0 + half, w2);
+	__shared__ __align__(16) float shw[2 * ROPE_FMAX];
+	__shared__ __align__(16) float4 cs[4 * 256];
+	u32 slots = smem_addr(cs);
+	for (int i = threadIdx.x; i < D; i += blockDim.x) shw[i] = ldf(w, dtw, i);
+	rope_freqs(fr, theta, D, ftab); // its barrier also orders shw
 	for (i64 u0 = warp * gpw; u0 < units; u0 += nwarps * gpw) {
 		i64 u = u0 + lane / lpr;
 		bool ok = u < units;
 		int b = 0, l = 0, h0 = 0;
-		float c[8], s[8];
-		if (ok) {
-			nr_unit(u, L, chunks, hpu, &b, &l, &h0);
-			int p = pos[per_seq ? (i64)b * L + l : l];
-#pragma unroll
-			for (int k = 0; k < 8; k++) nr_sincos(p, f[k], &c[k], &s[k]);
-		}
+		if (ok) nr_unit(u, L, chunks, hpu, &b, &l, &h0);
 		for (int j = 0; j < hpu; j++) {
 			int h = h0 + j;
 			bool okh = ok && h < H;
 			i64 row = ((i64)b * L + l) * H + h;
 			float a[8], bb[8], ss = 0;
 			if (okh) {
-				ld8f(x, dtx, row * D + i0, a);
-				ld8f(x, dtx, row * D + i0 + half, bb);
+				nr_ld<H16>(x, dtx, row * D + i0, a);
+				nr_ld<H16>(x, dtx, row * D + i0 + half, bb);
+				// The angles while the first row's loads are in flight.
+				if (j == 0) nr_angles(slots, pos[per_seq ? (i64)b * L + l : l], fr, i0);
 #pragma unroll
 				for (int k = 0; k < 8; k++) ss += a[k] * a[k] + bb[k] * bb[k];
 			}
@@ -88,110 +159,156 @@ extern "C" __global__ void normrope8(void *out, int dto, float *rstd, const void
 			if (!okh) continue;
 			float sc = 1.0f / sqrtf(ss / (float)D + eps);
 			if (rstd && sub == 0) rstd[row] = sc;
-			float o1[8], o2[8];
+			float wv[8], c[8];
+			nr_w8(shw, i0, wv);
 #pragma unroll
-			for (int k = 0; k < 8; k++) {
-				float y1 = a[k] * sc * w1[k], y2 = bb[k] * sc * w2[k];
-				o1[k] = y1 * c[k] - y2 * s[k];
-				o2[k] = y2 * c[k] + y1 * s[k];
-			}
+			for (int k = 0; k < 8; k++) a[k] *= sc * wv[k];
+			nr_w8(shw, i0 + half, wv);
+#pragma unroll
+			for (int k = 0; k < 8; k++) bb[k] *= sc * wv[k];
+			nr_sld8(slots, 0, c);
+			float r1[8], r2[8];
+#pragma unroll
+			for (int k = 0; k < 8; k++) r1[k] = a[k] * c[k], r2[k] = bb[k] * c[k];
+			nr_sld8(slots, 2, c); // sin
+#pragma unroll
+			for (int k = 0; k < 8; k++) r1[k] -= bb[k] * c[k], r2[k] += a[k] * c[k];
 			i64 orow = ((i64)b * H + h) * L + l;
-			st8f(out, dto, orow * D + i0, o1);
-			st8f(out, dto, orow * D + i0 + half, o2);
+			nr_st<H16>(out, dto, orow * D + i0, r1);
+			nr_st<H16>(out, dto, orow * D + i0 + half, r2);
 		}
 	}
 }
 
-// normrope_bwd8: the backward over the same units. Each lane keeps its 16
-// columns' dW partial sums in registers over all its rows; at the end the
-// row groups of a warp are summed by shuffles, the block's warps in shared
-// memory (dynamic, 8 D floats) in warp order, and the block writes its
-// partial row part[blockIdx.x] [D], which colsum_add (elementwise.cu) adds
-// into dW: fixed-order sums, no atomics (a block of atomics onto D
-// addresses serialises, and made this kernel slower than the four it
-// replaces).
-extern "C" __global__ void normrope_bwd8(void *dx, int dtdx, float *part, const void *dout, int dtdo, const void *x,
-                                         int dtx, const void *w, int dtw, const float *rstd, const int *pos, int B,
-                                         int L, int H, int D, int hpu, int per_seq, float theta, int lpr,
-                                         const double *ftab) {
-	extern __shared__ float sh[];
+// normrope_bwd8: the backward over the same units. Each lane sums its 16
+// columns' dW partials over all its rows in its shared-memory slots; at the
+// end each column is summed over the block's lanes that own it, in lane
+// order, and the block writes its partial row part[blockIdx.x] [D], which
+// colsum_add (elementwise.cu) adds into dW: fixed-order sums, no atomics
+// (a block of atomics onto D addresses serialises, and made this kernel
+// slower than the four it replaces). The rotated gradient overwrites dOut's
+// values in place.
+template <bool H16>
+__device__ __forceinline__ void normrope_bwd8_body(void *dx, int dtdx, float *part, const void *dout, int dtdo,
+                                                   const void *x, int dtx, const void *w, int dtw, const float *rstd,
+                                                   const int *pos, int B, int L, int H, int D, int hpu, int per_seq,
+                                                   float theta, int lpr, const double *ftab) {
 	int lane = threadIdx.x & 31, sub = lane & (lpr - 1), gpw = 32 / lpr;
 	int half = D >> 1, i0 = 8 * sub;
 	int chunks = (H + hpu - 1) / hpu;
 	i64 units = (i64)B * L * chunks;
 	i64 warp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), nwarps = (i64)gridDim.x * (blockDim.x >> 5);
 	__shared__ double fr[ROPE_FMAX];
-	rope_freqs(fr, theta, D, ftab);
-	double f[8];
-	float w1[8], w2[8], dw1[8], dw2[8];
-#pragma unroll
-	for (int k = 0; k < 8; k++) f[k] = fr[i0 + k], dw1[k] = 0, dw2[k] = 0;
-	ld8f(w, dtw, i0, w1);
-	ld8f(w, dtw, i0 + half, w2);
+	__shared__ __align__(16) float shw[2 * ROPE_FMAX];
+	__shared__ __align__(16) float4 sl[8 * 256];
+	u32 slots = smem_addr(sl);
+	for (int i = threadIdx.x; i < D; i += blockDim.x) shw[i] = ldf(w, dtw, i);
+	{
+		float z[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+		nr_sst8(slots, 4, z);
+		nr_sst8(slots, 6, z);
+	}
+	rope_freqs(fr, theta, D, ftab); // its barrier also orders shw
 	for (i64 u0 = warp * gpw; u0 < units; u0 += nwarps * gpw) {
 		i64 u = u0 + lane / lpr;
 		bool ok = u < units;
 		int b = 0, l = 0, h0 = 0;
-		float c[8], s[8];
-		if (ok) {
-			nr_unit(u, L, chunks, hpu, &b, &l, &h0);
-			int p = pos[per_seq ? (i64)b * L + l : l];
-#pragma unroll
-			for (int k = 0; k < 8; k++) nr_sincos(p, f[k], &c[k], &s[k]);
-		}
+		if (ok) nr_unit(u, L, chunks, hpu, &b, &l, &h0);
 		for (int j = 0; j < hpu; j++) {
 			int h = h0 + j;
 			bool okh = ok && h < H;
 			i64 row = ((i64)b * L + l) * H + h, orow = ((i64)b * H + h) * L + l;
 			float g1[8], g2[8], a[8], bb[8], sc = 0, dot = 0;
 			if (okh) {
-				float d1[8], d2[8];
-				ld8f(dout, dtdo, orow * D + i0, d1);
-				ld8f(dout, dtdo, orow * D + i0 + half, d2);
-				ld8f(x, dtx, row * D + i0, a);
-				ld8f(x, dtx, row * D + i0 + half, bb);
+				nr_ld<H16>(dout, dtdo, orow * D + i0, g1);
+				nr_ld<H16>(dout, dtdo, orow * D + i0 + half, g2);
+				nr_ld<H16>(x, dtx, row * D + i0, a);
+				nr_ld<H16>(x, dtx, row * D + i0 + half, bb);
 				sc = rstd[row];
+				if (j == 0) nr_angles(slots, pos[per_seq ? (i64)b * L + l : l], fr, i0);
+				float t[8];
+				nr_sld8(slots, 0, t); // cos
+				float r1[8], r2[8];
+#pragma unroll
+				for (int k = 0; k < 8; k++) r1[k] = g1[k] * t[k], r2[k] = g2[k] * t[k];
+				nr_sld8(slots, 2, t); // sin; R(-a) dOut
 #pragma unroll
 				for (int k = 0; k < 8; k++) {
-					g1[k] = d1[k] * c[k] + d2[k] * s[k]; // R(-a) dOut
-					g2[k] = d2[k] * c[k] - d1[k] * s[k];
-					dot += g1[k] * w1[k] * a[k] + g2[k] * w2[k] * bb[k];
+					r1[k] += g2[k] * t[k];
+					r2[k] -= g1[k] * t[k];
+					g1[k] = r1[k], g2[k] = r2[k];
 				}
+				nr_w8(shw, i0, t);
+#pragma unroll
+				for (int k = 0; k < 8; k++) dot += g1[k] * t[k] * a[k];
+				nr_w8(shw, i0 + half, t);
+#pragma unroll
+				for (int k = 0; k < 8; k++) dot += g2[k] * t[k] * bb[k];
 			}
 			float kk = nr_group_sum(dot, lpr) * sc * sc / (float)D; // mean(g w xhat) / x-to-xhat
 			if (!okh) continue;
-			float o1[8], o2[8];
+			float wv[8], dw[8];
+			nr_w8(shw, i0, wv);
+			nr_sld8(slots, 4, dw);
 #pragma unroll
 			for (int k = 0; k < 8; k++) {
-				o1[k] = sc * (g1[k] * w1[k] - a[k] * kk);
-				o2[k] = sc * (g2[k] * w2[k] - bb[k] * kk);
-				dw1[k] += g1[k] * a[k] * sc;
-				dw2[k] += g2[k] * bb[k] * sc;
+				dw[k] += g1[k] * a[k] * sc;
+				g1[k] = sc * (g1[k] * wv[k] - a[k] * kk);
 			}
-			st8f(dx, dtdx, row * D + i0, o1);
-			st8f(dx, dtdx, row * D + i0 + half, o2);
+			nr_sst8(slots, 4, dw);
+			nr_st<H16>(dx, dtdx, row * D + i0, g1);
+			nr_w8(shw, i0 + half, wv);
+			nr_sld8(slots, 6, dw);
+#pragma unroll
+			for (int k = 0; k < 8; k++) {
+				dw[k] += g2[k] * bb[k] * sc;
+				g2[k] = sc * (g2[k] * wv[k] - bb[k] * kk);
+			}
+			nr_sst8(slots, 6, dw);
+			nr_st<H16>(dx, dtdx, row * D + i0 + half, g2);
 		}
 	}
-	for (int o = lpr; o < 32; o <<= 1)
-#pragma unroll
-		for (int k = 0; k < 8; k++) {
-			dw1[k] += __shfl_xor_sync(0xffffffffu, dw1[k], o);
-			dw2[k] += __shfl_xor_sync(0xffffffffu, dw2[k], o);
-		}
-	int wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	if (lane < lpr)
-#pragma unroll
-		for (int k = 0; k < 8; k++) {
-			sh[wid * D + i0 + k] = dw1[k];
-			sh[wid * D + i0 + half + k] = dw2[k];
-		}
 	__syncthreads();
+	// Column i is element k of slot q of the lanes t with t mod lpr = sub.
+	const float *f = (const float *)sl;
 	for (int i = threadIdx.x; i < D; i += blockDim.x) {
+		int hi = i >= half, ii = i - hi * half, sb = ii >> 3, k = ii & 7;
+		int q = 4 + 2 * hi + (k >> 2);
 		float t = 0;
-		for (int k = 0; k < nw; k++) t += sh[k * D + i];
+		for (int th = sb; th < (int)blockDim.x; th += lpr) t += f[((i64)q * blockDim.x + th) * 4 + (k & 3)];
 		part[(i64)blockIdx.x * D + i] = t;
 	}
 }
+
+// The kernels: normrope8 and normrope_bwd8 for 16-bit activations (x,
+// out, dOut, dX), the ...w variants for any other mix.
+#define NR_FWD(NAME, H16, MINB)                                                                                        \
+	extern "C" __global__ void __launch_bounds__(256, MINB)                                                         \
+	    NAME(void *out, int dto, float *rstd, const void *x, int dtx, const void *w, int dtw, const int *pos, int B, \
+	         int L, int H, int D, int hpu, int per_seq, float eps, float theta, int lpr, const double *ftab) {      \
+		normrope8_body<H16>(out, dto, rstd, x, dtx, w, dtw, pos, B, L, H, D, hpu, per_seq, eps, theta, lpr, ftab); \
+	}
+#define NR_BWD(NAME, H16, MINB)                                                                                        \
+	extern "C" __global__ void __launch_bounds__(256, MINB)                                                         \
+	    NAME(void *dx, int dtdx, float *part, const void *dout, int dtdo, const void *x, int dtx, const void *w,     \
+	         int dtw, const float *rstd, const int *pos, int B, int L, int H, int D, int hpu, int per_seq,          \
+	         float theta, int lpr, const double *ftab) {                                                         \
+		normrope_bwd8_body<H16>(dx, dtdx, part, dout, dtdo, x, dtx, w, dtw, rstd, pos, B, L, H, D, hpu, per_seq,   \
+		                        theta, lpr, ftab);                                                                \
+	}
+// NR_FWD_MINB and NR_BWD_MINB are the blocks of 256 a multiprocessor must
+// hold (so registers <= 65536 / (256 MINB)); -D switches (through
+// PARALLAX_CUDA_NVRTC_OPTIONS) measure others.
+#ifndef NR_FWD_MINB
+#define NR_FWD_MINB 3
+#endif
+#ifndef NR_BWD_MINB
+#define NR_BWD_MINB 3
+#endif
+NR_FWD(normrope8, true, NR_FWD_MINB)
+NR_FWD(normrope8w, false, NR_FWD_MINB)
+NR_BWD(normrope_bwd8, true, NR_BWD_MINB)
+NR_BWD(normrope_bwd8w, false, NR_BWD_MINB)
 
 // normrope and normrope_bwd are the kernels for any even D: one warp a row
 // (rows in x's order), lanes striding over the pairs, the row read twice

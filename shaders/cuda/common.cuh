@@ -104,6 +104,20 @@ __device__ __forceinline__ void st2f(void *p, int dt, i64 i, float a, float b) {
 	}
 }
 
+// ld8h loads elements i..i+7 of a 16-bit (bf16 or f16) tensor as one
+// 16-byte access; kernels that know their tensors are 16-bit call it
+// directly and carry no f32 path (and none of its registers).
+__device__ __forceinline__ void ld8h(const void *p, int dt, i64 i, float *v) {
+	uint4 a = ((const uint4 *)p)[i >> 3];
+	u32 w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		u16 lo = (u16)(w[k] & 0xffffu), hi = (u16)(w[k] >> 16);
+		v[2 * k] = dt == DT_BF16 ? bf2f(lo) : h2f(lo);
+		v[2 * k + 1] = dt == DT_BF16 ? bf2f(hi) : h2f(hi);
+	}
+}
+
 // ld8f loads elements i..i+7 (i a multiple of 8, the tensor's base 16-byte
 // aligned) as 16-byte accesses: one for 16-bit dtypes, two for f32. The
 // wide accesses put four to eight times the bytes of a 2-byte load in
@@ -117,14 +131,20 @@ __device__ __forceinline__ void ld8f(const void *p, int dt, i64 i, float *v) {
 		v[4] = __uint_as_float(b.x), v[5] = __uint_as_float(b.y), v[6] = __uint_as_float(b.z), v[7] = __uint_as_float(b.w);
 		return;
 	}
-	uint4 a = ((const uint4 *)p)[i >> 3];
-	u32 w[4] = {a.x, a.y, a.z, a.w};
+	ld8h(p, dt, i, v);
+}
+
+// st8h stores v[0..7] rounded into a 16-bit tensor at elements i..i+7
+// (one 16-byte access; the counterpart of ld8h).
+__device__ __forceinline__ void st8h(void *p, int dt, i64 i, const float *v) {
+	u32 w[4];
 #pragma unroll
 	for (int k = 0; k < 4; k++) {
-		u16 lo = (u16)(w[k] & 0xffffu), hi = (u16)(w[k] >> 16);
-		v[2 * k] = dt == DT_BF16 ? bf2f(lo) : h2f(lo);
-		v[2 * k + 1] = dt == DT_BF16 ? bf2f(hi) : h2f(hi);
+		u16 lo = dt == DT_BF16 ? f2bf(v[2 * k]) : f2h(v[2 * k]);
+		u16 hi = dt == DT_BF16 ? f2bf(v[2 * k + 1]) : f2h(v[2 * k + 1]);
+		w[k] = (u32)lo | ((u32)hi << 16);
 	}
+	((uint4 *)p)[i >> 3] = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // st8f stores v[0..7] rounded at elements i..i+7 (aligned as for ld8f).
@@ -135,14 +155,7 @@ __device__ __forceinline__ void st8f(void *p, int dt, i64 i, const float *v) {
 		q[1] = make_uint4(__float_as_uint(v[4]), __float_as_uint(v[5]), __float_as_uint(v[6]), __float_as_uint(v[7]));
 		return;
 	}
-	u32 w[4];
-#pragma unroll
-	for (int k = 0; k < 4; k++) {
-		u16 lo = dt == DT_BF16 ? f2bf(v[2 * k]) : f2h(v[2 * k]);
-		u16 hi = dt == DT_BF16 ? f2bf(v[2 * k + 1]) : f2h(v[2 * k + 1]);
-		w[k] = (u32)lo | ((u32)hi << 16);
-	}
-	((uint4 *)p)[i >> 3] = make_uint4(w[0], w[1], w[2], w[3]);
+	st8h(p, dt, i, v);
 }
 
 // Device error word: [code, a, b, c], the first error wins. Codes:

@@ -47,31 +47,17 @@ __device__ __forceinline__ void nr_unit(i64 u, int L, int chunks, int hpu, int *
 }
 
 // nr_ld and nr_st move 8 activation elements: with H16 the tensor is
-// known to be 16-bit (bf16 or f16: one 16-byte access), so the kernel
-// carries no f32 path, whose two accesses and their registers the
-// compiler would otherwise keep beside the 16-bit one.
+// known to be 16-bit (bf16 or f16), so the kernel carries no f32 path,
+// whose two accesses and their registers the compiler would otherwise keep
+// beside the 16-bit one.
 template <bool H16> __device__ __forceinline__ void nr_ld(const void *p, int dt, i64 i, float *v) {
-	if (!H16) return ld8f(p, dt, i, v);
-	uint4 a = ((const uint4 *)p)[i >> 3];
-	u32 q[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-	for (int k = 0; k < 4; k++) {
-		u16 lo = (u16)(q[k] & 0xffffu), hi = (u16)(q[k] >> 16);
-		v[2 * k] = dt == DT_BF16 ? bf2f(lo) : h2f(lo);
-		v[2 * k + 1] = dt == DT_BF16 ? bf2f(hi) : h2f(hi);
-	}
+	if (H16) ld8h(p, dt, i, v);
+	else ld8f(p, dt, i, v);
 }
 
 template <bool H16> __device__ __forceinline__ void nr_st(void *p, int dt, i64 i, const float *v) {
-	if (!H16) return st8f(p, dt, i, v);
-	u32 q[4];
-#pragma unroll
-	for (int k = 0; k < 4; k++) {
-		u16 lo = dt == DT_BF16 ? f2bf(v[2 * k]) : f2h(v[2 * k]);
-		u16 hi = dt == DT_BF16 ? f2bf(v[2 * k + 1]) : f2h(v[2 * k + 1]);
-		q[k] = (u32)lo | ((u32)hi << 16);
-	}
-	((uint4 *)p)[i >> 3] = make_uint4(q[0], q[1], q[2], q[3]);
+	if (H16) st8h(p, dt, i, v);
+	else st8f(p, dt, i, v);
 }
 
 // nr_w8 reads the norm weight's elements i..i+7 from its f32 copy in

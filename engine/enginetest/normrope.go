@@ -62,6 +62,11 @@ func normRoPECases(o Options, dt engine.DType) []Case {
 		// positions.
 		{4, 512, 8, 64, false, 1e4},
 		{2, 256, 32, 64, true, 1e6},
+		// Large enough (8 x 640 x 13 rows of D/16 lanes each, just over
+		// twice the 2^17 lanes the CUDA 16-byte kernels aim at) for
+		// units of two heads there, 13 heads leaving a last unit of one,
+		// and more blocks than the backward's capped grid on the H200.
+		{8, 640, 13, 64, true, 1e4},
 	}
 	if o.Short {
 		shapes = shapes[:2]

@@ -77,7 +77,8 @@ __device__ __forceinline__ void nr_w8(const float *shw, int i, float *v) {
 // warp's accesses are consecutive and conflict-free). Slots 0-3 hold the
 // unit's cos and sin (8 each), 4-7 the backward's dW partial sums. Volatile
 // like nr_w8, and stores volatile too so that they stay ordered with the
-// loads.
+// loads. The slot arrays are sized for 256 threads, the most a block of
+// these kernels may have (__launch_bounds__(256, ...)).
 __device__ __forceinline__ u32 nr_slot(u32 base, int q) { return base + (u32)(q * blockDim.x + threadIdx.x) * 16u; }
 __device__ __forceinline__ void nr_sld8(u32 base, int q, float *v) {
 	u32 a = nr_slot(base, q), b = nr_slot(base, q + 1);

@@ -60,31 +60,31 @@ template <bool H16> __device__ __forceinline__ void nr_st(void *p, int dt, i64 i
 	else st8f(p, dt, i, v);
 }
 
+// nr_lds8 loads 8 f32 from shared memory, elements 0-3 at byte address a
+// and 4-7 at b. The loads are volatile so that the compiler does not hoist
+// them out of the row loop into 8 registers a lane, which is what it does
+// with plain loads of loop-invariant values (the norm weight, the angles).
+__device__ __forceinline__ void nr_lds8(u32 a, u32 b, float *v) {
+	asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3]) : "r"(a));
+	asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v[4]), "=f"(v[5]), "=f"(v[6]), "=f"(v[7]) : "r"(b));
+}
+
 // nr_w8 reads the norm weight's elements i..i+7 from its f32 copy in
-// shared memory. The loads are volatile so that the compiler does not
-// hoist them out of the row loop into 16 registers a lane, which is what
-// it does with plain loads of the loop-invariant weight.
+// shared memory.
 __device__ __forceinline__ void nr_w8(const float *shw, int i, float *v) {
 	u32 a = smem_addr(shw + i);
-	asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3]) : "r"(a));
-	asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-	             : "=f"(v[4]), "=f"(v[5]), "=f"(v[6]), "=f"(v[7])
-	             : "r"(a + 16));
+	nr_lds8(a, a + 16, v);
 }
 
 // A lane's slots: per-lane values kept in shared memory rather than
 // registers, float4 q of thread t at byte (q blockDim + t) 16 (so a
 // warp's accesses are consecutive and conflict-free). Slots 0-3 hold the
-// unit's cos and sin (8 each), 4-7 the backward's dW partial sums. Volatile
-// like nr_w8, and stores volatile too so that they stay ordered with the
-// loads. The slot arrays are sized for 256 threads, the most a block of
-// these kernels may have (__launch_bounds__(256, ...)).
+// unit's cos and sin (8 each), 4-7 the backward's dW partial sums. Loaded
+// through nr_lds8, and stored volatile too so that the stores stay ordered
+// with those loads. The slot arrays are sized for 256 threads, the most a
+// block of these kernels may have (__launch_bounds__(256, ...)).
 __device__ __forceinline__ u32 nr_slot(u32 base, int q) { return base + (u32)(q * blockDim.x + threadIdx.x) * 16u; }
-__device__ __forceinline__ void nr_sld8(u32 base, int q, float *v) {
-	u32 a = nr_slot(base, q), b = nr_slot(base, q + 1);
-	asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3]) : "r"(a));
-	asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v[4]), "=f"(v[5]), "=f"(v[6]), "=f"(v[7]) : "r"(b));
-}
+__device__ __forceinline__ void nr_sld8(u32 base, int q, float *v) { nr_lds8(nr_slot(base, q), nr_slot(base, q + 1), v); }
 __device__ __forceinline__ void nr_sst8(u32 base, int q, const float *v) {
 	u32 a = nr_slot(base, q), b = nr_slot(base, q + 1);
 	asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(a), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]));

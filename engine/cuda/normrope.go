@@ -33,10 +33,15 @@ func normRoPELanes(dim int) int {
 // grid: a unit's rows share the angles, so units of several heads save
 // trigonometry, but only while enough lanes remain to fill the device
 // (about 2^17 threads, most of an H200 resident); decoding keeps one head
-// a unit. maxBlocks caps the grid (the kernels stride over the rest).
-func normRoPEUnits(b, l, h, lpr, maxBlocks int) (hpu int, grid [3]int) {
+// a unit. force > 0 (Options.NormRoPEHeads) sets the heads per unit
+// instead, capped at h. maxBlocks caps the grid (the kernels stride over
+// the rest).
+func normRoPEUnits(b, l, h, lpr, maxBlocks, force int) (hpu int, grid [3]int) {
 	const want = 1 << 17
 	hpu = max(1, min(h, b*l*h*lpr/want))
+	if force > 0 {
+		hpu = min(h, force)
+	}
 	units := int64(b) * int64(l) * int64((h+hpu-1)/hpu)
 	blocks := (units*int64(lpr) + 255) / 256
 	return hpu, [3]int{int(max(1, min(blocks, int64(maxBlocks)))), 1, 1}
@@ -118,7 +123,7 @@ func (d *Device) RMSNormRoPE(out, rstd, x, w, pos *engine.Tensor, eps, theta flo
 		if err != nil {
 			return err
 		}
-		hpu, g := normRoPEUnits(b, l, h, lpr, 1<<20)
+		hpu, g := normRoPEUnits(b, l, h, lpr, 1<<20, d.opts.NormRoPEHeads)
 		return d.launch(normRoPEModule, normRoPEKernel("normrope8", out, x), g, threads256, 0,
 			newArgs().p(ptr(out)).i(dt(out)).p(ptr(rstd)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).p(ptr(pos)).
 				i(b).i(l).i(h).i(dim).i(hpu).i(perSeq).f(eps).f(theta).i(lpr).p(tab))
@@ -153,7 +158,7 @@ func (d *Device) RMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos *engine.Tenso
 		if err != nil {
 			return err
 		}
-		hpu, g := normRoPEUnits(b, l, h, lpr, maxBlocks)
+		hpu, g := normRoPEUnits(b, l, h, lpr, maxBlocks, d.opts.NormRoPEHeads)
 		part, err := d.scratch(int64(g[0]) * int64(dim) * 4)
 		if err != nil {
 			return err

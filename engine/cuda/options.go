@@ -50,6 +50,10 @@ type Options struct {
 	// each may start while the one before it finishes (pdl.go;
 	// PARALLAX_CUDA_PDL=0).
 	NoPDL bool
+	// NormRoPEHeads is the heads per unit of the 16-byte norm+RoPE kernels
+	// (normrope.cu): 0 for the device's choice (normRoPEUnits), else that
+	// many, capped at the tensor's heads (PARALLAX_CUDA_NORMROPE_HEADS).
+	NormRoPEHeads int
 }
 
 // Environment variables ParseOptions reads, in Options' field order.
@@ -62,6 +66,7 @@ const (
 	EnvDQKeyTile       = "PARALLAX_CUDA_DQ_BN"
 	EnvDecodeSplitKeys = "PARALLAX_CUDA_DECODE_SPLIT_KEYS"
 	EnvPDL             = "PARALLAX_CUDA_PDL"
+	EnvNormRoPEHeads   = "PARALLAX_CUDA_NORMROPE_HEADS"
 )
 
 // ParseOptions reads Options from the environment through getenv
@@ -78,6 +83,7 @@ func ParseOptions(getenv func(string) string) (Options, error) {
 		DQKeyTile:       e.Int(EnvDQKeyTile),
 		DecodeSplitKeys: e.Int(EnvDecodeSplitKeys),
 		NoPDL:           e.Switch(EnvPDL, "0", "1"),
+		NormRoPEHeads:   e.Int(EnvNormRoPEHeads),
 	}
 	if e.Err != nil {
 		return o, fmt.Errorf("cuda: %w", e.Err)
@@ -106,6 +112,9 @@ func (o Options) Validate() error {
 	case 0, 32, 64:
 	default:
 		return fmt.Errorf("cuda: dq key tile %d (%s): want 32 or 64", o.DQKeyTile, EnvDQKeyTile)
+	}
+	if o.NormRoPEHeads < 0 {
+		return fmt.Errorf("cuda: norm+RoPE heads per unit %d (%s): want at least 1", o.NormRoPEHeads, EnvNormRoPEHeads)
 	}
 	if o.DecodeSplitKeys != 0 && o.DecodeSplitKeys < decKeys {
 		return fmt.Errorf("cuda: decode split keys %d (%s): want at least %d", o.DecodeSplitKeys, EnvDecodeSplitKeys, decKeys)

@@ -164,6 +164,10 @@ func attentionCases(o Options, dt engine.DType) []Case {
 		{2, 2, 1, 5, 12, 8, false, 0},
 		{1, 2, 1, 70, 70, 64, true, 0},
 		{1, 2, 1, 33, 100, 128, true, 16},
+		// Small heads over several 32-key chunks: the CUDA SIMT kernels'
+		// lane-per-key form (D <= 16).
+		{2, 4, 2, 70, 70, 8, true, 0},
+		{1, 2, 1, 40, 100, 16, false, 0},
 	}
 	bwd := []AttnShape{
 		{1, 2, 2, 9, 9, 8, true, 0},
@@ -171,6 +175,8 @@ func attentionCases(o Options, dt engine.DType) []Case {
 		{1, 4, 1, 1, 20, 16, true, 0},
 		{1, 2, 1, 6, 10, 8, false, 0},
 		{1, 2, 1, 70, 70, 32, true, 0},
+		{2, 4, 2, 70, 70, 8, true, 0},
+		{1, 2, 1, 45, 80, 16, true, 20},
 	}
 	lla := []AttnShape{
 		{1, 2, 1, 9, 9, 8, true, 0},

@@ -13,6 +13,34 @@
 
 #define MAXE 8 // D <= 32 * MAXE
 
+// Small heads (D <= SMALLD, MAD's 8 among them) take a lane-per-key form
+// of each kernel (the ..._small kernels, chosen by the host, so that its
+// registers do not lower the occupancy of the others): the lanes spread over D would leave 32 - D of them idle
+// in a loop over the chunk's keys one at a time, so instead each lane
+// keeps its own key's (or query's) partial sums of all D outputs and the
+// warp adds them once per row at the end (simt_reduce).
+#define SMALLD 16
+
+// SIMT_PAIR defines kernel NAME and NAME_small from BODY<false> and
+// BODY<true>.
+#define SIMT_PAIR(NAME, BODY, PARAMS, ARGS)                                                                        \
+	extern "C" __global__ void NAME PARAMS { BODY<false> ARGS; }                                                \
+	extern "C" __global__ void NAME##_small PARAMS { BODY<true> ARGS; }
+
+// simt_reduce sums each of the D lane partials v over the warp and returns
+// the sum of element lane (0 for lanes >= D).
+__device__ __forceinline__ float simt_reduce(const float *v, int D, int lane) {
+	float mine = 0;
+#pragma unroll
+	for (int x = 0; x < SMALLD; x++) {
+		if (x < D) {
+			float t = warp_sum(v[x]);
+			if (lane == x) mine = t;
+		}
+	}
+	return mine;
+}
+
 struct Rows {
 	int B, Hq, Hkv, Lq, Lk, D, G;
 };
@@ -29,10 +57,39 @@ __device__ __forceinline__ void visible(int i, int n, int Lq, int causal, int wi
 	if (hi < lo) hi = lo;
 }
 
+// simt_online moves the running max m over a chunk's scores (s, one a
+// lane; lanes past the row's keys pass in = false) and returns the factor
+// alpha that rescales the sums so far, with p = exp(s - max) (0 off the
+// row).
+__device__ __forceinline__ float simt_online(float s, bool in, float &m, float &p) {
+	float mn = fmaxf(m, warp_max(s));
+	float mu = mn == NEG_INF ? 0.0f : mn;
+	float alpha = expf(m - mu);
+	p = in ? expf(s - mu) : 0.0f;
+	m = mn;
+	return alpha;
+}
+
+// simt_fwd_out stores element i of o = vbar (1 + tbar) - o2 / d1 (and of
+// vbar = o1 / d1) from the row's sums, inv = 1 / d1.
+__device__ __forceinline__ void simt_fwd_out(void *o, int dto, void *vbar, int dtvb, i64 i, float o1, float o2,
+                                             float inv, float tb) {
+	float vb = o1 * inv;
+	stf(o, dto, i, vb * (1 + tb) - o2 * inv);
+	if (vbar) stf(vbar, dtvb, i, vb);
+}
+
+// simt_fwd_stats stores the row's log-sum-exp (NaN where d1 = 0) and tbar.
+__device__ __forceinline__ void simt_fwd_stats(float *lse, float *tbar, i64 row, float m, float d1, float tb) {
+	if (lse) lse[row] = d1 == 0 ? __int_as_float(0x7fc00000) : m + logf(d1);
+	if (tbar) tbar[row] = tb;
+}
+
 // attn_fwd_simt: one warp per query row; 32 keys at a time, one per lane
 // (q and r staged in shared memory), then the chunk's p and p t are
 // broadcast to accumulate o1 = sum p v and o2 = sum p t v, lanes over D.
-extern "C" __global__ void attn_fwd_simt(const void *q, const void *r, const void *k, const void *v, void *o, void *vbar,
+template <bool SMALL>
+__device__ __forceinline__ void attn_fwd_body(const void *q, const void *r, const void *k, const void *v, void *o, void *vbar,
                                          float *lse, float *tbar, int dtq, int dtr, int dtk, int dtv, int dto, int dtvb,
                                          int B, int Hq, int Hkv, int Lq, int Lk, int D, float scale, int causal, int window,
                                          const int *lens, int *err) {
@@ -62,6 +119,48 @@ extern "C" __global__ void attn_fwd_simt(const void *q, const void *r, const voi
 	}
 	__syncwarp();
 	i64 kv = ((i64)b * Hkv + h / G) * Lk * D;
+	if (SMALL) {
+		// Lane-per-key: lane partials of d1, d2, o1 and o2 over its keys,
+		// rescaled by the warp's running max like the sums they add into.
+		float m = NEG_INF, l1 = 0, l2 = 0, p1[SMALLD], p2[SMALLD];
+#pragma unroll
+		for (int x = 0; x < SMALLD; x++) p1[x] = p2[x] = 0;
+		for (int j0 = lo; j0 < hi; j0 += 32) {
+			int j = j0 + lane;
+			float s = NEG_INF, t = 0, vr[SMALLD];
+#pragma unroll
+			for (int x = 0; x < SMALLD; x++) vr[x] = 0;
+			if (j < hi) {
+				float a = 0, c = 0;
+				const i64 kr = kv + (i64)j * D;
+#pragma unroll
+				for (int x = 0; x < SMALLD; x++) {
+					if (x < D) {
+						float kx = ldf(k, dtk, kr + x);
+						a += sq[x] * kx;
+						if (r) c += sr[x] * kx; // softmax: no 0 * inf
+						vr[x] = ldf(v, dtv, kr + x);
+					}
+				}
+				s = a * scale;
+				t = c;
+			}
+			float p, alpha = simt_online(s, j < hi, m, p), pt = p * t;
+			l1 = l1 * alpha + p;
+			l2 = l2 * alpha + pt;
+#pragma unroll
+			for (int x = 0; x < SMALLD; x++) {
+				p1[x] = p1[x] * alpha + p * vr[x];
+				p2[x] = p2[x] * alpha + pt * vr[x];
+			}
+		}
+		float d1 = warp_sum(l1), d2 = warp_sum(l2);
+		float o1 = simt_reduce(p1, D, lane), o2 = simt_reduce(p2, D, lane);
+		float inv = 1.0f / d1, tb = d2 * inv;
+		if (lane < D) simt_fwd_out(o, dto, vbar, dtvb, row * D + lane, o1, o2, inv, tb);
+		if (lane == 0) simt_fwd_stats(lse, tbar, row, m, d1, tb);
+		return;
+	}
 	float m = NEG_INF, d1 = 0, d2 = 0;
 	float o1[MAXE], o2[MAXE];
 #pragma unroll
@@ -84,14 +183,9 @@ extern "C" __global__ void attn_fwd_simt(const void *q, const void *r, const voi
 			s = a * scale;
 			t = c;
 		}
-		float mn = fmaxf(m, warp_max(s));
-		float mu = mn == NEG_INF ? 0.0f : mn;
-		float alpha = expf(m - mu);
-		float p = j < hi ? expf(s - mu) : 0.0f;
-		float pt = p * t;
+		float p, alpha = simt_online(s, j < hi, m, p), pt = p * t;
 		d1 = d1 * alpha + warp_sum(p);
 		d2 = d2 * alpha + warp_sum(pt);
-		m = mn;
 #pragma unroll
 		for (int e = 0; e < MAXE; e++) {
 			o1[e] *= alpha;
@@ -119,17 +213,16 @@ extern "C" __global__ void attn_fwd_simt(const void *q, const void *r, const voi
 #pragma unroll
 	for (int e = 0; e < MAXE; e++) {
 		int x = lane + 32 * e;
-		if (x < D) {
-			float vb = o1[e] * inv;
-			stf(o, dto, row * D + x, vb * (1 + tb) - o2[e] * inv);
-			if (vbar) stf(vbar, dtvb, row * D + x, vb);
-		}
+		if (x < D) simt_fwd_out(o, dto, vbar, dtvb, row * D + x, o1[e], o2[e], inv, tb);
 	}
-	if (lane == 0) {
-		if (lse) lse[row] = d1 == 0 ? __int_as_float(0x7fc00000) : m + logf(d1);
-		if (tbar) tbar[row] = tb;
-	}
+	if (lane == 0) simt_fwd_stats(lse, tbar, row, m, d1, tb);
 }
+SIMT_PAIR(attn_fwd_simt, attn_fwd_body,
+          (const void *q, const void *r, const void *k, const void *v, void *o, void *vbar, float *lse, float *tbar,
+           int dtq, int dtr, int dtk, int dtv, int dto, int dtvb, int B, int Hq, int Hkv, int Lq, int Lk, int D,
+           float scale, int causal, int window, const int *lens, int *err),
+          (q, r, k, v, o, vbar, lse, tbar, dtq, dtr, dtk, dtv, dto, dtvb, B, Hq, Hkv, Lq, Lk, D, scale, causal,
+           window, lens, err))
 
 // bwd_pre: T = g.o and Bv = g.vbar per row (double), one warp per row.
 extern "C" __global__ void bwd_pre(const void *g, const void *o, const void *vbar, int dtg, int dto, int dtvb, float *T,
@@ -191,8 +284,27 @@ extern "C" __global__ void bwd_pre_bf16(const uint4 *g, const uint4 *o, const ui
 	}
 }
 
+// simt_dscore forms a score's gradient terms from p, a = g.v and t = r.k
+// with the row's T, Bv and tbar: ds = p (a - T + (tbar - t)(a - Bv)),
+// dt = -p (a - Bv) and pe = p (1 + tbar - t), dv's weight; softmax (px
+// false): ds = p (a - T), dt = 0, pe = p.
+__device__ __forceinline__ void simt_dscore(bool px, float p, float a, float t, float Ti, float Bi, float tb, float &ds,
+                                            float &dt, float &pe) {
+	if (px) {
+		float ab = a - Bi;
+		ds = p * (a - Ti + (tb - t) * ab);
+		dt = -p * ab;
+		pe = p * (1 + tb - t);
+	} else {
+		ds = p * (a - Ti);
+		dt = 0;
+		pe = p;
+	}
+}
+
 // attn_dq_simt: dq = scale sum dS k and dr = sum dT k, one warp per row.
-extern "C" __global__ void attn_dq_simt(const void *q, const void *r, const void *k, const void *v, const void *g,
+template <bool SMALL>
+__device__ __forceinline__ void attn_dq_body(const void *q, const void *r, const void *k, const void *v, const void *g,
                                         const float *lse, const float *T, const float *Bv, const float *tbar, void *dq,
                                         void *dr, int dtq, int dtr, int dtk, int dtv, int dtg, int dtdq, int dtdr, int B,
                                         int Hq, int Hkv, int Lq, int Lk, int D, float scale, int causal, int window) {
@@ -214,6 +326,42 @@ extern "C" __global__ void attn_dq_simt(const void *q, const void *r, const void
 	__syncwarp();
 	float L = lse[row], Ti = T[row], Bi = r ? Bv[row] : 0.0f, tb = r ? tbar[row] : 0.0f;
 	i64 kv = ((i64)b * Hkv + h / G) * Lk * D;
+	if (SMALL) {
+		// Lane-per-key: each lane adds its key's ds k and dt k.
+		float q1[SMALLD], q2[SMALLD];
+#pragma unroll
+		for (int x = 0; x < SMALLD; x++) q1[x] = q2[x] = 0;
+		for (int j0 = lo; j0 < hi; j0 += 32) {
+			int j = j0 + lane;
+			if (j >= hi) continue;
+			float kr[SMALLD], s = 0, t = 0, a = 0;
+			const i64 kb = kv + (i64)j * D;
+#pragma unroll
+			for (int x = 0; x < SMALLD; x++) {
+				kr[x] = 0;
+				if (x < D) {
+					float vx = ldf(v, dtv, kb + x);
+					kr[x] = ldf(k, dtk, kb + x);
+					s += sq[x] * kr[x];
+					t += sr[x] * kr[x];
+					a += sg[x] * vx;
+				}
+			}
+			float ds, dt, pe;
+			simt_dscore(r, expf(s * scale - L), a, t, Ti, Bi, tb, ds, dt, pe);
+#pragma unroll
+			for (int x = 0; x < SMALLD; x++) {
+				q1[x] += ds * kr[x];
+				q2[x] += dt * kr[x];
+			}
+		}
+		float aq = simt_reduce(q1, D, lane), ar = simt_reduce(q2, D, lane);
+		if (lane < D) {
+			stf(dq, dtdq, row * D + lane, aq * scale);
+			if (dr) stf(dr, dtdr, row * D + lane, ar);
+		}
+		return;
+	}
 	float aq[MAXE], ar[MAXE];
 #pragma unroll
 	for (int e = 0; e < MAXE; e++) aq[e] = ar[e] = 0;
@@ -228,14 +376,8 @@ extern "C" __global__ void attn_dq_simt(const void *q, const void *r, const void
 				t += sr[x] * kx;
 				a += sg[x] * vx;
 			}
-			float p = expf(s * scale - L);
-			if (r) {
-				float ab = a - Bi;
-				ds = p * (a - Ti + (tb - t) * ab);
-				dt = -p * ab;
-			} else {
-				ds = p * (a - Ti);
-			}
+			float pe;
+			simt_dscore(r, expf(s * scale - L), a, t, Ti, Bi, tb, ds, dt, pe);
 		}
 		int cnt = min(32, hi - j0);
 		for (int jj = 0; jj < cnt; jj++) {
@@ -261,10 +403,18 @@ extern "C" __global__ void attn_dq_simt(const void *q, const void *r, const void
 		}
 	}
 }
+SIMT_PAIR(attn_dq_simt, attn_dq_body,
+          (const void *q, const void *r, const void *k, const void *v, const void *g, const float *lse,
+           const float *T, const float *Bv, const float *tbar, void *dq, void *dr, int dtq, int dtr, int dtk,
+           int dtv, int dtg, int dtdq, int dtdr, int B, int Hq, int Hkv, int Lq, int Lk, int D, float scale,
+           int causal, int window),
+          (q, r, k, v, g, lse, T, Bv, tbar, dq, dr, dtq, dtr, dtk, dtv, dtg, dtdq, dtdr, B, Hq, Hkv, Lq, Lk, D,
+           scale, causal, window))
 
 // attn_dkv_simt: dk = sum (scale dS q + dT r), dv = sum p (1 + tbar - t) g
 // over the rows of all G heads that see the key; one warp per key.
-extern "C" __global__ void attn_dkv_simt(const void *q, const void *r, const void *k, const void *v, const void *g,
+template <bool SMALL>
+__device__ __forceinline__ void attn_dkv_body(const void *q, const void *r, const void *k, const void *v, const void *g,
                                          const float *lse, const float *T, const float *Bv, const float *tbar, void *dk,
                                          void *dv, int dtq, int dtr, int dtk, int dtv, int dtg, int dtdk, int dtdv, int B,
                                          int Hq, int Hkv, int Lq, int Lk, int D, float scale, int causal, int window) {
@@ -286,6 +436,51 @@ extern "C" __global__ void attn_dkv_simt(const void *q, const void *r, const voi
 		ilo = max(0, j - off);
 		if (window > 0) ihi = min(Lq, j - off + window);
 	}
+	if (SMALL) {
+		// Lane-per-query: each lane adds its row's dS q + dT r and
+		// p (1 + tbar - t) g. The row's q, r and g are read again for the
+		// sums (from L1) rather than held: 3 D more registers a lane
+		// halved the resident warps.
+		float k1[SMALLD], v1[SMALLD];
+#pragma unroll
+		for (int x = 0; x < SMALLD; x++) k1[x] = v1[x] = 0;
+		for (int gg = 0; gg < G; gg++) {
+			i64 rbase = ((i64)b * Hq + hk * G + gg) * Lq;
+			for (int i0 = ilo; i0 < ihi; i0 += 32) {
+				int i = i0 + lane;
+				if (i >= ihi) continue;
+				i64 row = rbase + i;
+				float s = 0, t = 0, a = 0;
+#pragma unroll
+				for (int x = 0; x < SMALLD; x++) {
+					if (x < D) {
+						s += ldf(q, dtq, row * D + x) * sk[x];
+						if (r) t += ldf(r, dtr, row * D + x) * sk[x];
+						a += ldf(g, dtg, row * D + x) * sv[x];
+					}
+				}
+				float ds, dt, pe;
+				simt_dscore(r, expf(s * scale - lse[row]), a, t, T[row], r ? Bv[row] : 0.0f, r ? tbar[row] : 0.0f, ds, dt,
+				            pe);
+				ds *= scale;
+#pragma unroll
+				for (int x = 0; x < SMALLD; x++) {
+					if (x < D) {
+						float kk = ds * ldf(q, dtq, row * D + x);
+						if (r) kk += dt * ldf(r, dtr, row * D + x);
+						k1[x] += kk;
+						v1[x] += pe * ldf(g, dtg, row * D + x);
+					}
+				}
+			}
+		}
+		float ak = simt_reduce(k1, D, lane), av = simt_reduce(v1, D, lane);
+		if (lane < D) {
+			stf(dk, dtdk, key * D + lane, ak);
+			stf(dv, dtdv, key * D + lane, av);
+		}
+		return;
+	}
 	float ak[MAXE], av[MAXE];
 #pragma unroll
 	for (int e = 0; e < MAXE; e++) ak[e] = av[e] = 0;
@@ -303,16 +498,8 @@ extern "C" __global__ void attn_dkv_simt(const void *q, const void *r, const voi
 					if (r) t += ldf(r, dtr, row * D + x) * sk[x];
 					a += ldf(g, dtg, row * D + x) * sv[x];
 				}
-				float p = expf(s * scale - lse[row]);
-				if (r) {
-					float ab = a - Bv[row], tb = tbar[row];
-					ds = p * (a - T[row] + (tb - t) * ab);
-					dt = -p * ab;
-					pe = p * (1 + tb - t);
-				} else {
-					ds = p * (a - T[row]);
-					pe = p;
-				}
+				simt_dscore(r, expf(s * scale - lse[row]), a, t, T[row], r ? Bv[row] : 0.0f, r ? tbar[row] : 0.0f, ds, dt,
+				            pe);
 			}
 			int cnt = min(32, ihi - i0);
 			for (int ii = 0; ii < cnt; ii++) {
@@ -341,6 +528,13 @@ extern "C" __global__ void attn_dkv_simt(const void *q, const void *r, const voi
 		}
 	}
 }
+SIMT_PAIR(attn_dkv_simt, attn_dkv_body,
+          (const void *q, const void *r, const void *k, const void *v, const void *g, const float *lse,
+           const float *T, const float *Bv, const float *tbar, void *dk, void *dv, int dtq, int dtr, int dtk,
+           int dtv, int dtg, int dtdk, int dtdv, int B, int Hq, int Hkv, int Lq, int Lk, int D, float scale,
+           int causal, int window),
+          (q, r, k, v, g, lse, T, Bv, tbar, dk, dv, dtq, dtr, dtk, dtv, dtg, dtdk, dtdv, B, Hq, Hkv, Lq, Lk, D,
+           scale, causal, window))
 
 // ---- linear attention (uniform weights), direct O(L^2 D) in double ----
 

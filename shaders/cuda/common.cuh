@@ -104,11 +104,10 @@ __device__ __forceinline__ void st2f(void *p, int dt, i64 i, float a, float b) {
 	}
 }
 
-// ld8h loads elements i..i+7 of a 16-bit (bf16 or f16) tensor as one
-// 16-byte access; kernels that know their tensors are 16-bit call it
-// directly and carry no f32 path (and none of its registers).
-__device__ __forceinline__ void ld8h(const void *p, int dt, i64 i, float *v) {
-	uint4 a = ((const uint4 *)p)[i >> 3];
+// cvt8h widens the 8 16-bit (bf16 or f16) elements of a 16-byte word, as
+// ld8h loads them; kernels that load ahead keep the raw words (4
+// registers, not 8) until they need the values.
+__device__ __forceinline__ void cvt8h(uint4 a, int dt, float *v) {
 	u32 w[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
 	for (int k = 0; k < 4; k++) {
@@ -117,6 +116,11 @@ __device__ __forceinline__ void ld8h(const void *p, int dt, i64 i, float *v) {
 		v[2 * k + 1] = dt == DT_BF16 ? bf2f(hi) : h2f(hi);
 	}
 }
+
+// ld8h loads elements i..i+7 of a 16-bit (bf16 or f16) tensor as one
+// 16-byte access; kernels that know their tensors are 16-bit call it
+// directly and carry no f32 path (and none of its registers).
+__device__ __forceinline__ void ld8h(const void *p, int dt, i64 i, float *v) { cvt8h(((const uint4 *)p)[i >> 3], dt, v); }
 
 // ld8f loads elements i..i+7 (i a multiple of 8, the tensor's base 16-byte
 // aligned) as 16-byte accesses: one for 16-bit dtypes, two for f32. The

@@ -60,6 +60,25 @@ template <bool H16> __device__ __forceinline__ void nr_st(void *p, int dt, i64 i
 	else st8f(p, dt, i, v);
 }
 
+// NR_AHEAD=1 (-DNR_AHEAD=1 through PARALLAX_CUDA_NVRTC_OPTIONS; off until
+// measured faster) makes the 16-bit kernels load the next head's words of
+// a unit while the current row is reduced and written: a row is one
+// dependent round trip to memory (the group sum needs all of it), so this
+// keeps two rows in flight a lane instead of one, for the 8 (forward) or
+// 16 (backward) registers of the raw words (ptxas: the backward then
+// spills 84 bytes at three blocks a multiprocessor).
+#ifndef NR_AHEAD
+#define NR_AHEAD 0
+#endif
+
+// nr_raw loads a lane's two 16-byte words of a 16-bit row, elements e..e+7
+// and e+half..e+half+7, without widening them.
+__device__ __forceinline__ void nr_raw(const void *p, i64 e, int half, uint4 *lo, uint4 *hi) {
+	const uint4 *q = (const uint4 *)p;
+	*lo = q[e >> 3];
+	*hi = q[(e + half) >> 3];
+}
+
 // nr_lds8 loads 8 f32 from shared memory, elements 0-3 at byte address a
 // and 4-7 at b. The loads are volatile so that the compiler does not hoist
 // them out of the row loop into 8 registers a lane, which is what it does
@@ -129,14 +148,23 @@ __device__ __forceinline__ void normrope8_body(void *out, int dto, float *rstd, 
 		bool ok = u < units;
 		int b = 0, l = 0, h0 = 0;
 		if (ok) nr_unit(u, L, chunks, hpu, &b, &l, &h0);
+		uint4 pa = make_uint4(0, 0, 0, 0), pb = pa; // the next row's words (NR_AHEAD)
+		if (H16 && NR_AHEAD && ok) nr_raw(x, (((i64)b * L + l) * H + h0) * D + i0, half, &pa, &pb);
 		for (int j = 0; j < hpu; j++) {
 			int h = h0 + j;
 			bool okh = ok && h < H;
 			i64 row = ((i64)b * L + l) * H + h;
 			float a[8], bb[8], ss = 0;
 			if (okh) {
-				nr_ld<H16>(x, dtx, row * D + i0, a);
-				nr_ld<H16>(x, dtx, row * D + i0 + half, bb);
+				if (H16 && NR_AHEAD) {
+					uint4 ca = pa, cb = pb;
+					if (j + 1 < hpu && h + 1 < H) nr_raw(x, (row + 1) * D + i0, half, &pa, &pb);
+					cvt8h(ca, dtx, a);
+					cvt8h(cb, dtx, bb);
+				} else {
+					nr_ld<H16>(x, dtx, row * D + i0, a);
+					nr_ld<H16>(x, dtx, row * D + i0 + half, bb);
+				}
 				// The angles while the first row's loads are in flight.
 				if (j == 0) nr_angles(slots, pos[per_seq ? (i64)b * L + l : l], fr, i0);
 #pragma unroll
@@ -201,17 +229,39 @@ __device__ __forceinline__ void normrope_bwd8_body(void *dx, int dtdx, float *pa
 		bool ok = u < units;
 		int b = 0, l = 0, h0 = 0;
 		if (ok) nr_unit(u, L, chunks, hpu, &b, &l, &h0);
+		uint4 pg1 = make_uint4(0, 0, 0, 0), pg2 = pg1, pa = pg1, pb = pg1; // the next row's words (NR_AHEAD)
+		float psc = 0;
+		if (H16 && NR_AHEAD && ok) {
+			i64 r0 = ((i64)b * L + l) * H + h0, o0 = ((i64)b * H + h0) * L + l;
+			nr_raw(dout, o0 * D + i0, half, &pg1, &pg2);
+			nr_raw(x, r0 * D + i0, half, &pa, &pb);
+			psc = rstd[r0];
+		}
 		for (int j = 0; j < hpu; j++) {
 			int h = h0 + j;
 			bool okh = ok && h < H;
 			i64 row = ((i64)b * L + l) * H + h, orow = ((i64)b * H + h) * L + l;
 			float g1[8], g2[8], a[8], bb[8], sc = 0, dot = 0;
 			if (okh) {
-				nr_ld<H16>(dout, dtdo, orow * D + i0, g1);
-				nr_ld<H16>(dout, dtdo, orow * D + i0 + half, g2);
-				nr_ld<H16>(x, dtx, row * D + i0, a);
-				nr_ld<H16>(x, dtx, row * D + i0 + half, bb);
-				sc = rstd[row];
+				if (H16 && NR_AHEAD) {
+					uint4 c1 = pg1, c2 = pg2, c3 = pa, c4 = pb;
+					sc = psc;
+					if (j + 1 < hpu && h + 1 < H) {
+						nr_raw(dout, (orow + L) * D + i0, half, &pg1, &pg2);
+						nr_raw(x, (row + 1) * D + i0, half, &pa, &pb);
+						psc = rstd[row + 1];
+					}
+					cvt8h(c1, dtdo, g1);
+					cvt8h(c2, dtdo, g2);
+					cvt8h(c3, dtx, a);
+					cvt8h(c4, dtx, bb);
+				} else {
+					nr_ld<H16>(dout, dtdo, orow * D + i0, g1);
+					nr_ld<H16>(dout, dtdo, orow * D + i0 + half, g2);
+					nr_ld<H16>(x, dtx, row * D + i0, a);
+					nr_ld<H16>(x, dtx, row * D + i0 + half, bb);
+					sc = rstd[row];
+				}
 				if (j == 0) nr_angles(slots, pos[per_seq ? (i64)b * L + l : l], fr, i0);
 				float t[8];
 				nr_sld8(slots, 0, t); // cos

@@ -41,7 +41,9 @@ the tables are the given seed's, followed by the mean and spread over every
 seed the directory holds.
 
 Finished runs are recorded in --out/runs/ and skipped when the same command
-runs again, so an interrupted suite (Ctrl-C) resumes where it stopped. At
+runs again, and a run in flight saves its progress into --out/partial/
+after an epoch (at most every 30 s), so an interrupted suite (Ctrl-C,
+SIGTERM, a time limit) resumes where it stopped, within a run too. At
 the end it prints the results table and writes results.json, results.md and
 results.png into --out.
 `

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"time"
 
@@ -141,6 +142,16 @@ type RunResult struct {
 // onEpoch, if not nil, is called after every epoch. Cancelling ctx stops
 // between steps and returns ctx's error.
 func Train(ctx context.Context, dev engine.Device, spec RunSpec, trainSet, testSet *Dataset, onEpoch func(EpochStats)) (RunResult, error) {
+	return TrainResumable(ctx, dev, spec, trainSet, testSet, "", onEpoch)
+}
+
+// TrainResumable is Train with the run's progress saved into dir (see
+// PartialDir) after an epoch, at most every SaveEvery, and continued from
+// there when dir holds a save of this run; dir "" saves nothing. The
+// result is the uninterrupted run's; onEpoch sees only the epochs run in
+// this call. The save is removed once the run is done.
+func TrainResumable(ctx context.Context, dev engine.Device, spec RunSpec, trainSet, testSet *Dataset, dir string,
+	onEpoch func(EpochStats)) (RunResult, error) {
 	if err := spec.Validate(); err != nil {
 		return RunResult{}, err
 	}
@@ -160,16 +171,26 @@ func Train(ctx context.Context, dev engine.Device, spec RunSpec, trainSet, testS
 	}
 	defer opt.Free()
 
-	res := RunResult{Key: spec.Key(), Spec: spec, Stop: StopEpochs, Device: dev.Info().ID(), TestPPL: Num(math.Inf(1))}
-	res.Params, res.ParamsNonEmb = m.NumParams()
-	bt := newBatcher(B, T)
-	rng := rand.New(rand.NewPCG(spec.Seed, 0x6d61642d6f726472))
-	order := make([]int, trainSet.N)
-	for i := range order {
-		order[i] = i
+	st := &runState{bestPPL: math.Inf(1), pcg: rand.NewPCG(spec.Seed, 0x6d61642d6f726472), order: make([]int, trainSet.N),
+		res: RunResult{Key: spec.Key(), Spec: spec, Stop: StopEpochs, Device: dev.Info().ID(), TestPPL: Num(math.Inf(1))}}
+	for i := range st.order {
+		st.order[i] = i
 	}
-	bestPPL := math.Inf(1)
-	for epoch := range spec.Epochs {
+	if dir != "" {
+		switch err := loadPartial(dir, spec.Key(), m, opt, st); {
+		case errors.Is(err, errNoPartial):
+		case err != nil:
+			return RunResult{}, fmt.Errorf("mad run: resume from %s: %w (remove the folder to start the run afresh)", dir, err)
+		}
+	}
+	spent := st.res.Seconds
+	res, order, bestPPL := &st.res, st.order, st.bestPPL
+	res.Params, res.ParamsNonEmb = m.NumParams()
+	res.Device = dev.Info().ID()
+	bt := newBatcher(B, T)
+	rng := rand.New(st.pcg)
+	lastSave := time.Time{}
+	for epoch := st.epoch; epoch < spec.Epochs; epoch++ {
 		t0 := time.Now()
 		lr := spec.EpochLR(epoch)
 		factor := lr / spec.LR
@@ -179,11 +200,11 @@ func Train(ctx context.Context, dev engine.Device, spec RunSpec, trainSet, testS
 		diverged := false
 		for s := 0; s < len(order); s += B {
 			if err := ctx.Err(); err != nil {
-				return res, err
+				return *res, err
 			}
 			bt.fill(trainSet, order[s:min(s+B, len(order))])
 			if err := m.ZeroGrads(); err != nil {
-				return res, err
+				return *res, err
 			}
 			st, err := m.Forward(bt.tokens, bt.targets)
 			if errors.Is(err, ErrNonFinite) {
@@ -191,13 +212,13 @@ func Train(ctx context.Context, dev engine.Device, spec RunSpec, trainSet, testS
 				break
 			}
 			if err != nil {
-				return res, err
+				return *res, err
 			}
 			if err := m.Backward(); err != nil {
-				return res, err
+				return *res, err
 			}
 			if err := opt.Step(factor); err != nil {
-				return res, err
+				return *res, err
 			}
 			lossSum += st.Sum
 			count += st.Count
@@ -209,7 +230,7 @@ func Train(ctx context.Context, dev engine.Device, spec RunSpec, trainSet, testS
 		}
 		sc, err := evaluate(m, testSet, bt)
 		if err != nil {
-			return res, err
+			return *res, err
 		}
 		es := EpochStats{Epoch: epoch + 1, LR: lr, TrainLoss: Num(lossSum / math.Max(1, float64(count))),
 			TestLoss: Num(sc.Loss()), TestPPL: Num(sc.Perplexity()), TestAcc: sc.Macro(), TestAccMicro: sc.Micro(),
@@ -228,9 +249,28 @@ func Train(ctx context.Context, dev engine.Device, spec RunSpec, trainSet, testS
 			res.Stop = StopThreshold
 			break
 		}
+		if dir != "" && epoch+1 < spec.Epochs && time.Since(lastSave) >= SaveEvery {
+			st.epoch, st.bestPPL = epoch+1, bestPPL
+			res.Seconds = spent + time.Since(start).Seconds()
+			if err := savePartial(dir, m, opt, st); err != nil {
+				return *res, fmt.Errorf("mad run: save progress into %s: %w", dir, err)
+			}
+			lastSave = time.Now()
+		}
 	}
-	res.Seconds = time.Since(start).Seconds()
-	return res, nil
+	res.Seconds = spent + time.Since(start).Seconds()
+	return *res, nil
+}
+
+// DropPartial removes a finished run's saved progress (PartialRunDir).
+func DropPartial(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if err := os.RemoveAll(dir + ".new"); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
 }
 
 // batcher holds one batch's host buffers.

@@ -644,8 +644,12 @@ func (s *suite) runOne(ctx context.Context, dev engine.Device, cache *dataCache,
 		s.printf("%s note: %.1f%% of the test inputs of %s %s also occur in its training set\n", tag, 100*data.overlap, spec.Setting.Task, spec.Setting.ID())
 	}
 	s.printf("%s %s: up to %d epochs of %d examples x %d tokens\n", tag, label, spec.Epochs, data.train.N, data.train.T)
+	dir := PartialRunDir(s.cfg.Out, spec.Key())
+	if n := partialEpochs(dir); n > 0 {
+		s.printf("%s resuming after epoch %d (saved in %s)\n", tag, n, dir)
+	}
 	last := time.Now()
-	res, err := Train(ctx, dev, spec, data.train, data.test, func(e EpochStats) {
+	res, err := TrainResumable(ctx, dev, spec, data.train, data.test, dir, func(e EpochStats) {
 		if time.Since(last) < 15*time.Second && e.Epoch != 1 && e.Epoch != spec.Epochs {
 			return
 		}
@@ -659,6 +663,9 @@ func (s *suite) runOne(ctx context.Context, dev engine.Device, cache *dataCache,
 	}
 	if err := writeJSON(RunFile(s.cfg.Out, res.Key), res); err != nil {
 		return res, fmt.Errorf("mad: record run: %w", err)
+	}
+	if err := DropPartial(dir); err != nil {
+		s.printf("%s note: could not remove the finished run's saved progress: %v\n", tag, err)
 	}
 	s.mu.Lock()
 	s.stepsD += int64(res.Steps)

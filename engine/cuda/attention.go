@@ -343,9 +343,9 @@ func (d *Device) Attention(a engine.AttentionArgs) error {
 const simtSmallD = 16
 
 // simtKernel is the SIMT attention kernel name for head dimension D: the
-// lane-per-key "_small" form up to simtSmallD.
-func simtKernel(name string, D int) string {
-	if D <= simtSmallD {
+// lane-per-key "_small" form up to simtSmallD under Options.SmallHeads.
+func (d *Device) simtKernel(name string, D int) string {
+	if d.opts.SmallHeads && D <= simtSmallD {
 		return name + "_small"
 	}
 	return name
@@ -360,7 +360,7 @@ func dtOr(t *engine.Tensor) int {
 
 func (d *Device) attnSIMT(q, r, k, v, o, vbar, lse, tbar *engine.Tensor, B, Hq, Hkv, Lq, Lk, D int, scale float32,
 	causal bool, window int, lens *engine.Tensor) error {
-	return d.launch(simtMod, simtKernel("attn_fwd_simt", D), warpRows(B*Hq*Lq), threads128, 4*2*D*4,
+	return d.launch(simtMod, d.simtKernel("attn_fwd_simt", D), warpRows(B*Hq*Lq), threads128, 4*2*D*4,
 		newArgs().p(ptr(q)).p(ptr(r)).p(ptr(k)).p(ptr(v)).p(ptr(o)).p(ptr(vbar)).p(ptr(lse)).p(ptr(tbar)).
 			i(dt(q)).i(dtOr(r)).i(dt(k)).i(dt(v)).i(dt(o)).i(dtOr(vbar)).
 			i(B).i(Hq).i(Hkv).i(Lq).i(Lk).i(D).f(scale).i(b2i(causal)).i(window).p(ptr(lens)).p(d.errBuf.ptr))
@@ -480,11 +480,11 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 		return x.i(dt(a.Q)).i(dtOr(a.R)).i(dt(a.K)).i(dt(a.V)).i(dt(a.DO)).i(dt(o1)).i(dtOr(o2)).i(B).i(Hq).i(Hkv).i(Lq).i(Lk).i(D).
 			f(dims.Scale).i(b2i(dims.Causal)).i(dims.Window)
 	}
-	if err := d.launch(simtMod, simtKernel("attn_dq_simt", D), warpRows(rows), threads128, 4*3*D*4,
+	if err := d.launch(simtMod, d.simtKernel("attn_dq_simt", D), warpRows(rows), threads128, 4*3*D*4,
 		dts(in().p(ptr(a.DQ)).p(ptr(a.DR)), a.DQ, a.DR)); err != nil {
 		return err
 	}
-	return d.launch(simtMod, simtKernel("attn_dkv_simt", D), warpRows(B*Hkv*Lk), threads128, 4*2*D*4,
+	return d.launch(simtMod, d.simtKernel("attn_dkv_simt", D), warpRows(B*Hkv*Lk), threads128, 4*2*D*4,
 		dts(in().p(ptr(a.DK)).p(ptr(a.DV)), a.DK, a.DV))
 }
 

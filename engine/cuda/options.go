@@ -54,6 +54,11 @@ type Options struct {
 	// (normrope.cu): 0 for the device's choice (normRoPEUnits), else that
 	// many, capped at the tensor's heads (PARALLAX_CUDA_NORMROPE_HEADS).
 	NormRoPEHeads int
+	// SmallHeads runs the lane-per-key SIMT attention kernels
+	// (attention_simt.cu's ..._small) for heads of D <= 16; off (the
+	// broadcast kernels) until certified on a GPU by the conformance
+	// suite (PARALLAX_CUDA_SIMT_SMALL=1).
+	SmallHeads bool
 }
 
 // Environment variables ParseOptions reads, in Options' field order.
@@ -67,6 +72,7 @@ const (
 	EnvDecodeSplitKeys = "PARALLAX_CUDA_DECODE_SPLIT_KEYS"
 	EnvPDL             = "PARALLAX_CUDA_PDL"
 	EnvNormRoPEHeads   = "PARALLAX_CUDA_NORMROPE_HEADS"
+	EnvSmallHeads      = "PARALLAX_CUDA_SIMT_SMALL"
 )
 
 // ParseOptions reads Options from the environment through getenv
@@ -84,6 +90,7 @@ func ParseOptions(getenv func(string) string) (Options, error) {
 		DecodeSplitKeys: e.Int(EnvDecodeSplitKeys),
 		NoPDL:           e.Switch(EnvPDL, "0", "1"),
 		NormRoPEHeads:   e.Int(EnvNormRoPEHeads),
+		SmallHeads:      e.Switch(EnvSmallHeads, "1", "0"),
 	}
 	if e.Err != nil {
 		return o, fmt.Errorf("cuda: %w", e.Err)
@@ -166,9 +173,13 @@ func (o Options) kernels(wgmma, tma bool) map[string]string {
 	if keys == 0 {
 		keys = 128
 	}
+	simt := "; SIMT otherwise"
+	if o.SmallHeads {
+		simt += " (lane-per-key at D <= 16)"
+	}
 	return map[string]string{
-		"attention forward":  fwd + "; SIMT otherwise",
-		"attention backward": bwd + "; SIMT otherwise",
+		"attention forward":  fwd + simt,
+		"attention backward": bwd + simt,
 		"decode":             fmt.Sprintf("mma.sync split-KV with fused combine (bf16, G*Lq rows in tiles of 8, up to %d tiles), splits of >= %d keys; SIMT otherwise", maxDecodeTiles, keys),
 	}
 }

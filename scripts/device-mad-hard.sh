@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# MAD beyond the quick protocol (docs/RESULTS.md, "MAD beyond the quick
+# protocol") on one CUDA device, in calls of bounded length: the hard
+# settings of each recall task under Muon, seed by seed, into one folder.
+# A call given the previous call's archive back (MAD_TGZ=...) unpacks it
+# first: finished runs are skipped and a run stopped by the deadline
+# continues from its last saved epoch (--out/partial/), so the long
+# settings (seq_len 1024) may span calls.
+#
+# First it certifies the lane-per-key SIMT attention kernels (D <= 16, the
+# MAD model's heads) with the conformance suite, and runs MAD through them
+# (PARALLAX_CUDA_SIMT_SMALL=1) only if that passes.
+#
+# Settings (environment):
+#   OUT=/tmp/mad-out DEADLINE=540 MAD_TGZ= PAR=3
+#   JOBS="in-context-recall:1 noisy-in-context-recall:1 fuzzy-in-context-recall:1 ... :2"
+#     (task:seed pairs, run in order until the deadline)
+#   MAX_SEQ_LEN=0 (0: every hard setting; 256 leaves out seq_len 1024)
+#
+# A CPU rehearsal (a minute; DEVICE=cpu skips the certification):
+#
+#   DEVICE=cpu DEADLINE=60 JOBS=in-context-recall:1 EXTRA="--max-train 64 --max-test 16 --max-steps 20" \
+#     bash scripts/device-mad-hard.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/mad-out}
+BIN=${PARALLAX_BIN:-$PWD/bin/parallax}
+DEVICE=${DEVICE:-cuda:0}
+DEADLINE=${DEADLINE:-540}
+PAR=${PAR:-3}
+MAX_SEQ_LEN=${MAX_SEQ_LEN:-0}
+JOBS=${JOBS:-in-context-recall:1 noisy-in-context-recall:1 fuzzy-in-context-recall:1 in-context-recall:2 noisy-in-context-recall:2 fuzzy-in-context-recall:2}
+WORK=${WORK:-/tmp/mad-work}
+mkdir -p "$OUT" "$WORK"
+export PARALLAX_REQUIRE_CUDA=${PARALLAX_REQUIRE_CUDA:-1} PARALLAX_CUDA_CACHE=${PARALLAX_CUDA_CACHE:-/tmp/parallax-cuda-cache}
+t0=$(date +%s)
+left() { echo $((DEADLINE - ($(date +%s) - t0))); }
+
+if [[ -n ${MAD_TGZ:-} ]]; then
+	tar -xzf "$MAD_TGZ" -C "$WORK" || exit 1
+fi
+if [[ $DEVICE == cuda* ]]; then
+	PARALLAX_CUDA_SIMT_SMALL=1 timeout 200 "$BIN" conformance --device "$DEVICE" --dtype f32,bf16 --run attention \
+		>"$OUT/conformance.txt" 2>&1
+	rc=$?
+	echo "conformance (lane-per-key SIMT kernels): exit $rc, $(tail -1 "$OUT/conformance.txt")"
+	if [[ $rc == 0 ]]; then
+		export PARALLAX_CUDA_SIMT_SMALL=1
+	else
+		grep -v " pass$" "$OUT/conformance.txt" | tail -8
+		echo "running MAD on the broadcast SIMT kernels"
+	fi
+fi
+cd "$WORK" || exit 1
+for job in $JOBS; do
+	task=${job%%:*} seed=${job##*:}
+	budget=$(($(left) - 20))
+	((budget < 30)) && break
+	echo "== $task seed $seed (${budget}s left)"
+	# SIGTERM at the deadline: the run in flight saves nothing more, but
+	# keeps the save of its last finished epoch.
+	timeout "$budget" "$BIN" mad --quick --settings hard --max-seq-len "$MAX_SEQ_LEN" --tasks "$task" \
+		--mixers softmax,parallax --optimizer muon --lrs 1e-3 --max-steps 1000 --device "$DEVICE" --seed "$seed" \
+		--out mad-hard --parallel "$PAR" ${EXTRA:-} >"$OUT/mad-$task-$seed.log" 2>&1
+	echo "exit $?; $(grep -c ' done ' "$OUT/mad-$task-$seed.log") runs finished"
+	grep -E " done |resuming" "$OUT/mad-$task-$seed.log" | tail -6
+done
+tar -czf "$OUT/mad-hard.tgz" mad-hard
+echo "packed $OUT/mad-hard.tgz ($(ls mad-hard/runs | wc -l) finished runs, $(ls mad-hard/partial 2>/dev/null | wc -l) partial) after $(($(date +%s) - t0)) s"

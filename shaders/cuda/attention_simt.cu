@@ -89,10 +89,10 @@ __device__ __forceinline__ void simt_fwd_stats(float *lse, float *tbar, i64 row,
 // (q and r staged in shared memory), then the chunk's p and p t are
 // broadcast to accumulate o1 = sum p v and o2 = sum p t v, lanes over D.
 template <bool SMALL>
-__device__ __forceinline__ void attn_fwd_body(const void *q, const void *r, const void *k, const void *v, void *o, void *vbar,
-                                         float *lse, float *tbar, int dtq, int dtr, int dtk, int dtv, int dto, int dtvb,
-                                         int B, int Hq, int Hkv, int Lq, int Lk, int D, float scale, int causal, int window,
-                                         const int *lens, int *err) {
+__device__ __forceinline__ void attn_fwd_body(const void *q, const void *r, const void *k, const void *v, void *o,
+                                              void *vbar, float *lse, float *tbar, int dtq, int dtr, int dtk, int dtv,
+                                              int dto, int dtvb, int B, int Hq, int Hkv, int Lq, int Lk, int D,
+                                              float scale, int causal, int window, const int *lens, int *err) {
 	extern __shared__ float sh[]; // per warp: q[D], r[D]
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
 	i64 row = (i64)blockIdx.x * nw + warp;
@@ -305,9 +305,10 @@ __device__ __forceinline__ void simt_dscore(bool px, float p, float a, float t, 
 // attn_dq_simt: dq = scale sum dS k and dr = sum dT k, one warp per row.
 template <bool SMALL>
 __device__ __forceinline__ void attn_dq_body(const void *q, const void *r, const void *k, const void *v, const void *g,
-                                        const float *lse, const float *T, const float *Bv, const float *tbar, void *dq,
-                                        void *dr, int dtq, int dtr, int dtk, int dtv, int dtg, int dtdq, int dtdr, int B,
-                                        int Hq, int Hkv, int Lq, int Lk, int D, float scale, int causal, int window) {
+                                             const float *lse, const float *T, const float *Bv, const float *tbar,
+                                             void *dq, void *dr, int dtq, int dtr, int dtk, int dtv, int dtg, int dtdq,
+                                             int dtdr, int B, int Hq, int Hkv, int Lq, int Lk, int D, float scale,
+                                             int causal, int window) {
 	extern __shared__ float sh[]; // per warp: q, r, g
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
 	i64 row = (i64)blockIdx.x * nw + warp;
@@ -415,9 +416,10 @@ SIMT_PAIR(attn_dq_simt, attn_dq_body,
 // over the rows of all G heads that see the key; one warp per key.
 template <bool SMALL>
 __device__ __forceinline__ void attn_dkv_body(const void *q, const void *r, const void *k, const void *v, const void *g,
-                                         const float *lse, const float *T, const float *Bv, const float *tbar, void *dk,
-                                         void *dv, int dtq, int dtr, int dtk, int dtv, int dtg, int dtdk, int dtdv, int B,
-                                         int Hq, int Hkv, int Lq, int Lk, int D, float scale, int causal, int window) {
+                                              const float *lse, const float *T, const float *Bv, const float *tbar,
+                                              void *dk, void *dv, int dtq, int dtr, int dtk, int dtv, int dtg, int dtdk,
+                                              int dtdv, int B, int Hq, int Hkv, int Lq, int Lk, int D, float scale,
+                                              int causal, int window) {
 	extern __shared__ float sh[]; // per warp: k, v
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
 	i64 key = (i64)blockIdx.x * nw + warp;

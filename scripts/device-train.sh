@@ -19,6 +19,10 @@
 #   triton   the compiled peer with the authors' Triton Parallax kernel
 #            (their package in peers/Parallax), gpt2-124m-like and qwen3-0.6b
 #   timers   `bench matmul` on cuda:0, which says what timed it
+# VARIANTS="name:VAR=value[,VAR=value] ..." (space-separated, commas between
+# a variant's variables) adds, after each gpt2-124m-like row of `ours`, the
+# same row under those environment variables, e.g.
+#   VARIANTS="ahead:PARALLAX_CUDA_NVRTC_OPTIONS=-DNR_AHEAD=1 h4:PARALLAX_CUDA_NORMROPE_HEADS=4"
 # NO_SMALL=1 leaves out the small preset's rows; NO_BIG_TRITON=1 the Triton peer at qwen3-0.6b. Logs and JSON go to $OUT
 # (default /tmp/train-out).
 set -uo pipefail
@@ -40,7 +44,7 @@ ours() { # $1 binary, then bench train flags; prints one summary line
 	timeout ${TRAIN_TIMEOUT:-150} ./bin/$bin bench train --device cuda:0 --steps "$STEPS" --json "$@" >/tmp/res.json 2>>"$log"
 	local rc=$?
 	cat /tmp/res.json >>"$log"
-	python3 - "$rc" "$*" "$bin" <<'EOF'
+	python3 - "$rc" "$*${LABEL:+ [$LABEL]}" "$bin" <<'EOF'
 import json, sys
 rc, args, bin = sys.argv[1], sys.argv[2], sys.argv[3]
 try:
@@ -76,6 +80,12 @@ if has ours; then
 	for att in softmax parallax; do
 		for opt in ${OPTS:-adamw muon}; do
 			ours parallax --config gpt2-124m-like --attention $att --optimizer $opt
+			# each variant's row right after the plain one, so that the two
+			# run on the same warm GPU
+			for v in ${VARIANTS:-}; do
+				vars=${v#*:}
+				(export ${vars//,/ } && LABEL=${v%%:*} ours parallax --config gpt2-124m-like --attention $att --optimizer $opt)
+			done
 		done
 	done
 	if [[ -z ${NO_SMALL:-} ]]; then

@@ -171,26 +171,26 @@ func TrainResumable(ctx context.Context, dev engine.Device, spec RunSpec, trainS
 	}
 	defer opt.Free()
 
-	st := &runState{bestPPL: math.Inf(1), pcg: rand.NewPCG(spec.Seed, 0x6d61642d6f726472), order: make([]int, trainSet.N),
+	rs := &runState{bestPPL: math.Inf(1), pcg: rand.NewPCG(spec.Seed, 0x6d61642d6f726472), order: make([]int, trainSet.N),
 		res: RunResult{Key: spec.Key(), Spec: spec, Stop: StopEpochs, Device: dev.Info().ID(), TestPPL: Num(math.Inf(1))}}
-	for i := range st.order {
-		st.order[i] = i
+	for i := range rs.order {
+		rs.order[i] = i
 	}
 	if dir != "" {
-		switch err := loadPartial(dir, spec.Key(), m, opt, st); {
+		switch err := loadPartial(dir, spec.Key(), m, opt, rs); {
 		case errors.Is(err, errNoPartial):
 		case err != nil:
 			return RunResult{}, fmt.Errorf("mad run: resume from %s: %w (remove the folder to start the run afresh)", dir, err)
 		}
 	}
-	spent := st.res.Seconds
-	res, order, bestPPL := &st.res, st.order, st.bestPPL
+	spent := rs.res.Seconds
+	res, order, bestPPL := &rs.res, rs.order, rs.bestPPL
 	res.Params, res.ParamsNonEmb = m.NumParams()
 	res.Device = dev.Info().ID()
 	bt := newBatcher(B, T)
-	rng := rand.New(st.pcg)
+	rng := rand.New(rs.pcg)
 	lastSave := time.Time{}
-	for epoch := st.epoch; epoch < spec.Epochs; epoch++ {
+	for epoch := rs.epoch; epoch < spec.Epochs; epoch++ {
 		t0 := time.Now()
 		lr := spec.EpochLR(epoch)
 		factor := lr / spec.LR
@@ -250,9 +250,9 @@ func TrainResumable(ctx context.Context, dev engine.Device, spec RunSpec, trainS
 			break
 		}
 		if dir != "" && epoch+1 < spec.Epochs && time.Since(lastSave) >= SaveEvery {
-			st.epoch, st.bestPPL = epoch+1, bestPPL
+			rs.epoch, rs.bestPPL = epoch+1, bestPPL
 			res.Seconds = spent + time.Since(start).Seconds()
-			if err := savePartial(dir, m, opt, st); err != nil {
+			if err := savePartial(dir, m, opt, rs); err != nil {
 				return *res, fmt.Errorf("mad run: save progress into %s: %w", dir, err)
 			}
 			lastSave = time.Now()

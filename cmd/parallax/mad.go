@@ -220,6 +220,13 @@ func runMAD(args []string, stdout, stderr io.Writer) error {
 	}
 	if res.Interrupted {
 		fmt.Fprintf(stdout, "interrupted: %d of %d runs finished; run the same command again to continue\n", res.Finished, res.Planned)
+		switch n := mad.PartialRuns(*out); n {
+		case 0:
+		case 1:
+			fmt.Fprintf(stdout, "1 run in progress is saved in %s and continues from its last saved epoch\n", filepath.Join(*out, mad.PartialDir))
+		default:
+			fmt.Fprintf(stdout, "%d runs in progress are saved in %s and continue from their last saved epochs\n", n, filepath.Join(*out, mad.PartialDir))
+		}
 	}
 	return nil
 }

@@ -112,6 +112,12 @@ func savePartial(dir string, m *Model, opt *train.Optimizer, st *runState) error
 	return os.Rename(tmp, dir)
 }
 
+// PartialRuns counts the saves of unfinished runs under out.
+func PartialRuns(out string) int {
+	saves, _ := filepath.Glob(filepath.Join(out, PartialDir, "*", partialProgress))
+	return len(saves)
+}
+
 // partialEpochs is the epochs a save in dir has completed; 0 when there
 // is none (or it does not read).
 func partialEpochs(dir string) int {

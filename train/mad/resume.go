@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/parallax-engine/parallax/model/safetensors"
@@ -44,7 +43,7 @@ const (
 
 // PartialRunDir is the folder of run key's saved progress under out.
 func PartialRunDir(out, key string) string {
-	return filepath.Join(out, PartialDir, strings.TrimSuffix(filepath.Base(RunFile(out, key)), ".json"))
+	return filepath.Join(out, PartialDir, runName(key))
 }
 
 // progress is what a save holds besides the tensors.
@@ -121,15 +120,27 @@ func PartialRuns(out string) int {
 // partialEpochs is the epochs a save in dir has completed; 0 when there
 // is none (or it does not read).
 func partialEpochs(dir string) int {
-	b, err := os.ReadFile(filepath.Join(dir, partialProgress))
+	pr, err := readProgress(dir)
 	if err != nil {
 		return 0
 	}
-	var pr progress
-	if json.Unmarshal(b, &pr) != nil {
-		return 0
-	}
 	return pr.Epoch
+}
+
+// readProgress reads dir's progress file; errNoPartial when there is none.
+func readProgress(dir string) (progress, error) {
+	var pr progress
+	b, err := os.ReadFile(filepath.Join(dir, partialProgress))
+	if errors.Is(err, os.ErrNotExist) {
+		return pr, errNoPartial
+	}
+	if err != nil {
+		return pr, err
+	}
+	if err := json.Unmarshal(b, &pr); err != nil {
+		return pr, fmt.Errorf("%s: %w", partialProgress, err)
+	}
+	return pr, nil
 }
 
 // errNoPartial is loadPartial's answer when dir holds no save.
@@ -140,16 +151,9 @@ var errNoPartial = errors.New("no saved progress")
 // there is none. A save that does not belong to this run or does not read
 // back whole is an error, not a fresh start: the caller says what to do.
 func loadPartial(dir, key string, m *Model, opt *train.Optimizer, st *runState) error {
-	b, err := os.ReadFile(filepath.Join(dir, partialProgress))
-	if errors.Is(err, os.ErrNotExist) {
-		return errNoPartial
-	}
+	pr, err := readProgress(dir)
 	if err != nil {
 		return err
-	}
-	var pr progress
-	if err := json.Unmarshal(b, &pr); err != nil {
-		return fmt.Errorf("%s: %w", partialProgress, err)
 	}
 	if pr.Format != progressFormat || pr.Key != key {
 		return fmt.Errorf("%s: format %q of run %q, want %q of %q", partialProgress, pr.Format, pr.Key, progressFormat, key)

@@ -172,7 +172,7 @@ func TrainResumable(ctx context.Context, dev engine.Device, spec RunSpec, trainS
 	defer opt.Free()
 
 	rs := &runState{bestPPL: math.Inf(1), pcg: rand.NewPCG(spec.Seed, 0x6d61642d6f726472), order: make([]int, trainSet.N),
-		res: RunResult{Key: spec.Key(), Spec: spec, Stop: StopEpochs, Device: dev.Info().ID(), TestPPL: Num(math.Inf(1))}}
+		res: RunResult{Key: spec.Key(), Spec: spec, Stop: StopEpochs, TestPPL: Num(math.Inf(1))}}
 	for i := range rs.order {
 		rs.order[i] = i
 	}
@@ -186,7 +186,7 @@ func TrainResumable(ctx context.Context, dev engine.Device, spec RunSpec, trainS
 	spent := rs.res.Seconds
 	res, order, bestPPL := &rs.res, rs.order, rs.bestPPL
 	res.Params, res.ParamsNonEmb = m.NumParams()
-	res.Device = dev.Info().ID()
+	res.Device = dev.Info().ID() // this call's, also for a resumed run
 	bt := newBatcher(B, T)
 	rng := rand.New(rs.pcg)
 	lastSave := time.Time{}

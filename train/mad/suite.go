@@ -216,7 +216,11 @@ func (c SuiteConfig) Plan() ([]RunSpec, error) {
 }
 
 // RunFile is the file of a finished run inside the output directory.
-func RunFile(out, key string) string {
+func RunFile(out, key string) string { return filepath.Join(out, RunsDir, runName(key)+".json") }
+
+// runName is key as a file name: '/' as "__", characters outside
+// [A-Za-z0-9._+-] as '~'.
+func runName(key string) string {
 	var b strings.Builder
 	for _, r := range key {
 		switch {
@@ -228,7 +232,7 @@ func RunFile(out, key string) string {
 			b.WriteByte('~')
 		}
 	}
-	return filepath.Join(out, RunsDir, b.String()+".json")
+	return b.String()
 }
 
 // LoadRuns reads the finished runs of an output directory, by key. Files

@@ -33,19 +33,38 @@ func normRoPELanes(dim int) int {
 // grid: a unit's rows share the angles, so units of several heads save
 // trigonometry, but only while enough lanes remain to fill the device
 // (about 2^17 threads, most of an H200 resident); decoding keeps one head
-// a unit. force > 0 (Options.NormRoPEHeads) sets the heads per unit
-// instead, capped at h. maxBlocks caps the grid (the kernels stride over
-// the rest).
-func normRoPEUnits(b, l, h, lpr, maxBlocks, force int) (hpu int, grid [3]int) {
+// a unit. Where units of several heads leave a grid a little larger than
+// the resident blocks (resident: blocks of 256 the device holds at once,
+// 0 when unknown), a few more heads a unit make it one wave: a row is one
+// dependent round trip to memory, so a second, partial wave costs nearly
+// a whole one (measured on an H100 at gpt2-124m-like: 512 blocks of three
+// heads against 396 resident, four heads 1.3% off the training step).
+// force > 0 (Options.NormRoPEHeads) sets the heads per unit instead,
+// capped at h. maxBlocks caps the grid (the kernels stride over the rest).
+func normRoPEUnits(b, l, h, lpr, maxBlocks, resident, force int) (hpu int, grid [3]int) {
 	const want = 1 << 17
+	blocksOf := func(hpu int) int64 {
+		units := int64(b) * int64(l) * int64((h+hpu-1)/hpu)
+		return (units*int64(lpr) + 255) / 256
+	}
 	hpu = max(1, min(h, b*l*h*lpr/want))
 	if force > 0 {
 		hpu = min(h, force)
+	} else if hpu > 1 && resident > 0 && blocksOf(hpu) > int64(resident) {
+		// at most twice the heads, so that a unit keeps its lanes busy
+		for u := hpu + 1; u <= min(h, 2*hpu); u++ {
+			if blocksOf(u) <= int64(resident) {
+				hpu = u
+				break
+			}
+		}
 	}
-	units := int64(b) * int64(l) * int64((h+hpu-1)/hpu)
-	blocks := (units*int64(lpr) + 255) / 256
-	return hpu, [3]int{int(max(1, min(blocks, int64(maxBlocks)))), 1, 1}
+	return hpu, [3]int{int(max(1, min(blocksOf(hpu), int64(maxBlocks)))), 1, 1}
 }
+
+// nrResident is the blocks of 256 threads a multiprocessor holds of the
+// 16-byte norm+RoPE kernels: NR_FWD_MINB and NR_BWD_MINB of normrope.cu.
+const nrResident = 3
 
 // normRoPEKernel is the 16-byte kernel name for these activations: the
 // 16-bit-only kernel when all are bf16 or f16 (it carries no f32 path and
@@ -123,7 +142,7 @@ func (d *Device) RMSNormRoPE(out, rstd, x, w, pos *engine.Tensor, eps, theta flo
 		if err != nil {
 			return err
 		}
-		hpu, g := normRoPEUnits(b, l, h, lpr, 1<<20, d.opts.NormRoPEHeads)
+		hpu, g := normRoPEUnits(b, l, h, lpr, 1<<20, nrResident*d.g.sms, d.opts.NormRoPEHeads)
 		return d.launch(normRoPEModule, normRoPEKernel("normrope8", out, x), g, threads256, 0,
 			newArgs().p(ptr(out)).i(dt(out)).p(ptr(rstd)).p(ptr(x)).i(dt(x)).p(ptr(w)).i(dt(w)).p(ptr(pos)).
 				i(b).i(l).i(h).i(dim).i(hpu).i(perSeq).f(eps).f(theta).i(lpr).p(tab))
@@ -158,7 +177,7 @@ func (d *Device) RMSNormRoPEBackward(dX, dW, dOut, x, w, rstd, pos *engine.Tenso
 		if err != nil {
 			return err
 		}
-		hpu, g := normRoPEUnits(b, l, h, lpr, maxBlocks, d.opts.NormRoPEHeads)
+		hpu, g := normRoPEUnits(b, l, h, lpr, maxBlocks, nrResident*d.g.sms, d.opts.NormRoPEHeads)
 		part, err := d.scratch(int64(g[0]) * int64(dim) * 4)
 		if err != nil {
 			return err

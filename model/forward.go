@@ -179,6 +179,13 @@ func (m *Model) forward(a *Activations, cache *KVCache, last bool) error {
 		r.linear(a.lastLogits, a.lastNorm, m.HeadWeight().compute())
 		return r.err
 	}
+	if decodeFusion && decoding(a, cache) && !a.haveLoss {
+		// A decode step (nothing reads the normed rows again): the final
+		// norm rides in the head product's kernel.
+		r.normLinearMulti([]*engine.Tensor{a.logits}, []*engine.Tensor{m.HeadWeight().compute()}, final, m.Norm.W,
+			float32(c.NormEps), a.lnf)
+		return r.err
+	}
 	r.rmsnorm(a.lnf, a.lnfRstd, final, m.Norm.W, float32(c.NormEps))
 	r.linear(a.logits, a.lnf, m.HeadWeight().compute())
 	switch {
@@ -217,6 +224,12 @@ func (m *Model) allocLast(a *Activations) error {
 	return nil
 }
 
+// decoding reports whether a forward over cache is a decode step (rows
+// after a cached prefix, or a ragged step), not a prefill from position 0.
+func decoding(a *Activations, cache *KVCache) bool {
+	return cache != nil && (a.posStart != 0 || cache.seqPos != nil)
+}
+
 // blockForward is one pre-norm block (docs/MATH.md section 9):
 //
 //	h = RMSNorm(x); q, k, v, r = W h; q, k, r = RoPE(headnorm(.))
@@ -232,7 +245,7 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 	if cache != nil && cache.seqPos != nil {
 		pos = cache.seqPos // a ragged step (BatchCache): sequence b at starts[b]
 	}
-	prefill := cache == nil || (a.posStart == 0 && cache.seqPos == nil)
+	prefill := !decoding(a, cache)
 	// A decode step runs the fused decode ops (ops.go, decodeFusion): the
 	// norms inside the products' kernels, one op for the attention inputs.
 	fused := decodeFusion && !prefill

@@ -10,9 +10,9 @@ import "testing"
 // the grid capped by maxBlocks.
 func TestNormRoPEUnits(t *testing.T) {
 	for _, c := range []struct {
-		name                           string
+		name                                string
 		b, l, h, lpr, maxBlocks, res, force int
-		hpu, blocks                    int
+		hpu, blocks                         int
 	}{
 		{"gpt2 training, resident unknown", 16, 512, 12, 4, 1 << 20, 0, 0, 3, 512},
 		{"gpt2 training, one wave of 396", 16, 512, 12, 4, 1 << 20, 396, 0, 4, 384},

@@ -260,22 +260,29 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 	if c.Parallax() {
 		outs, ws = append(outs, mat(la.r, qd)), append(ws, blk.R.compute())
 	}
-	if fused && !c.ProbeGate { // (the probe gate reads h itself)
-		r.normLinearMulti(outs, ws, x, blk.InputNorm.W, eps, la.ln1)
-	} else {
-		r.rmsnorm(la.ln1, la.ln1Rstd, x, blk.InputNorm.W, eps)
-		r.linearMulti(outs, ws, la.ln1)
-	}
+	var pa engine.DecodePrepArgs
 	if fused || prefillPrep {
 		// q, k (and r) normed and rotated, k and v appended: one op.
-		pa := engine.DecodePrepArgs{Q: la.q, K: la.k, V: a.vn, QNorm: blk.QNorm.W, KNorm: blk.KNorm.W, QOut: la.qh,
+		pa = engine.DecodePrepArgs{Q: la.q, K: la.k, V: a.vn, QNorm: blk.QNorm.W, KNorm: blk.KNorm.W, QOut: la.qh,
 			KCache: cache.K[l], VCache: cache.V[l], Pos: pos, Starts: cache.starts, Eps: eps, Theta: theta, KH: la.kh, VH: la.vh,
 			KeepKV: prefillPrep}
 		if c.Parallax() && !c.ProbeGate {
 			pa.R, pa.RNorm, pa.ROut = la.r, blk.RNorm.W, la.rh
 		}
-		r.decodePrep(pa)
-	} else {
+	}
+	switch {
+	case fused && !c.ProbeGate: // (the probe gate reads h itself)
+		// The products and the preparation: one op, one launch where the
+		// device fuses them.
+		r.normLinearDecodePrep(outs, ws, x, blk.InputNorm.W, eps, la.ln1, pa)
+	default:
+		r.rmsnorm(la.ln1, la.ln1Rstd, x, blk.InputNorm.W, eps)
+		r.linearMulti(outs, ws, la.ln1)
+		if fused || prefillPrep {
+			r.decodePrep(pa)
+		}
+	}
+	if !(fused || prefillPrep) {
 		// Per-head RMSNorm, then RoPE, from [B, T, H, D] into [B, H, T, D]:
 		// one fused op per input.
 		r.normRoPE(la.qh, la.qRstd, la.q, blk.QNorm.W, pos, a.qn, eps, theta)

@@ -63,6 +63,11 @@ func (s *fusedSpy) NormLinearMulti(outs, ws []*engine.Tensor, x, normW *engine.T
 	return false, nil
 }
 
+func (s *fusedSpy) NormLinearDecodePrep(outs, ws []*engine.Tensor, x, normW *engine.Tensor, eps float32, a engine.DecodePrepArgs) (bool, error) {
+	s.calls["norm linear decode prep"]++
+	return false, nil
+}
+
 func (s *fusedSpy) NormLinearSwiGLU(act, x, normW, wGate, wUp *engine.Tensor, eps float32) (bool, error) {
 	s.calls["norm linear swiglu"]++
 	return false, nil
@@ -128,10 +133,11 @@ func TestDecodeFusionUnchanged(t *testing.T) {
 			// The head of each decode step is one more norm linear multi
 			// (the final norm in its kernel).
 			n, l := (steps+1)*cfg.Layers, cfg.Layers
-			want := map[string]int{"norm linear multi": n + steps + 1, "norm linear swiglu": n, "decode prep": n + l, "decode prep r": n + l,
+			want := map[string]int{"norm linear multi": n + steps + 1, "norm linear decode prep": n, "norm linear swiglu": n, "decode prep": n + l, "decode prep r": n + l,
 				"decode prep keep": l}
 			if v.gate {
 				want["norm linear multi"] = steps + 1 // the gate reads the normed h: only the head
+				want["norm linear decode prep"] = 0
 				delete(want, "decode prep r")
 			}
 			if !cfg.Parallax() {

@@ -282,6 +282,24 @@ func (r *rec) normLinearMulti(ys, ws []*engine.Tensor, x, normW *engine.Tensor, 
 	}
 }
 
+// normLinearDecodePrep is normLinearMulti(ys, ws, x, normW, eps, h) then
+// decodePrep(a) (engine.NormLinearDecodePrep; int8 weights
+// engine.NormLinearDecodePrepInt8).
+func (r *rec) normLinearDecodePrep(ys, ws []*engine.Tensor, x, normW *engine.Tensor, eps float32, h *engine.Tensor, a engine.DecodePrepArgs) {
+	switch {
+	case r.err != nil:
+	case allFloat(ws...):
+		r.fail("norm linear decode prep", engine.NormLinearDecodePrep(r.dev, ys, ws, x, normW, eps, h, a))
+	default:
+		if qs := r.int8All("norm linear", ws); qs != nil {
+			r.fail("norm linear decode prep", engine.NormLinearDecodePrepInt8(r.dev, ys, qs, x, normW, eps, h, a))
+			return
+		}
+		r.normLinearMulti(ys, ws, x, normW, eps, h)
+		r.decodePrep(a)
+	}
+}
+
 // normLinearSwiGLU is act = silu(h Wg^T) * (h Wu^T), h = RMSNorm(x)
 // (engine.NormLinearSwiGLU; h, gate and up are its scratch where it is not
 // fused). Int8 weights run engine.NormLinearSwiGLUInt8.

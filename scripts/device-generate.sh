@@ -7,6 +7,12 @@
 #
 # Usage: scripts/device-generate.sh [peer] [ours] [vulkan] [profile] [decode]
 #   (default: peer ours vulkan profile)
+# VARIANTS="name:VAR=value[,VAR=value] ..." (as scripts/device-train.sh)
+# adds, after each CUDA row of `ours`, the same row under those
+# environment variables, e.g. VARIANTS="prep:PARALLAX_CUDA_FUSED_PREP=1";
+# REPEAT=N runs each CUDA row (and its variants) N times, alternating;
+# INT8=1 adds the rows with --weights int8, NO_PREFILL=1 leaves out the
+# 2048-token prefill row.
 # Logs and JSON go to $OUT (default /tmp/gen-out).
 set -uo pipefail
 OUT=${OUT:-/tmp/gen-out}
@@ -51,8 +57,18 @@ if [[ $steps == *peer* ]]; then
 fi
 if [[ $steps == *ours* ]]; then
 	echo "== ours, CUDA"
-	for b in ${BATCHES:-1 8 32}; do ours cuda:0 --batch $b; done
-	ours cuda:0 --batch 1 --prompt-len 2048 --new 16
+	cuda_row() { # the row, then each variant's, REPEAT times
+		for _ in $(seq "${REPEAT:-1}"); do
+			ours cuda:0 "$@"
+			for v in ${VARIANTS:-}; do
+				vars=${v#*:}
+				(export ${vars//,/ } && ours cuda:0 "$@" | sed "s/^ours /ours [${v%%:*}] /")
+			done
+		done
+	}
+	for b in ${BATCHES:-1 8 32}; do cuda_row --batch $b; done
+	[[ -n ${INT8:-} ]] && for b in ${BATCHES:-1 8 32}; do cuda_row --batch $b --weights int8; done
+	[[ -z ${NO_PREFILL:-} ]] && cuda_row --batch 1 --prompt-len 2048 --new 16
 	echo "$(($(date +%s) - t0)) s so far"
 fi
 if [[ $steps == *vulkan* ]]; then

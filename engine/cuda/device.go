@@ -254,6 +254,7 @@ type Device struct {
 	prof            profiler
 	mt              map[string]*mtTable // multi-tensor tables by content (multi.go)
 	ropeTabs        map[ropeKey]*buffer // RoPE frequency tables (normrope.go)
+	prepCnt         *buffer             // gemv_norm_prep's per-head counters, 0 between launches (fused.go)
 	rec             *recording          // the graph being recorded (graph.go)
 	scratchGen      uint64              // bumped when a persistent scratch is reallocated (stales graphs)
 	closed          bool
@@ -440,6 +441,9 @@ func (d *Device) Close() error {
 	d.mtFree()
 	for _, b := range d.ropeTabs {
 		d.alloc.put(b)
+	}
+	if d.prepCnt != nil {
+		d.alloc.put(d.prepCnt)
 	}
 	d.alloc.release()
 	if e := d.profFree(); err == nil {

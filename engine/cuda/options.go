@@ -59,6 +59,11 @@ type Options struct {
 	// broadcast kernels) until certified on a GPU by the conformance
 	// suite (PARALLAX_CUDA_SIMT_SMALL=1).
 	SmallHeads bool
+	// FusedPrep runs a decode step's q/k/v(/r) products and DecodePrep as
+	// one launch (gemv_norm_prep_m*: the last block of each head prepares
+	// it); off (the two launches) until certified on a GPU by the
+	// conformance suite (PARALLAX_CUDA_FUSED_PREP=1).
+	FusedPrep bool
 }
 
 // Environment variables ParseOptions reads, in Options' field order.
@@ -73,6 +78,7 @@ const (
 	EnvPDL             = "PARALLAX_CUDA_PDL"
 	EnvNormRoPEHeads   = "PARALLAX_CUDA_NORMROPE_HEADS"
 	EnvSmallHeads      = "PARALLAX_CUDA_SIMT_SMALL"
+	EnvFusedPrep       = "PARALLAX_CUDA_FUSED_PREP"
 )
 
 // ParseOptions reads Options from the environment through getenv
@@ -91,6 +97,7 @@ func ParseOptions(getenv func(string) string) (Options, error) {
 		NoPDL:           e.Switch(EnvPDL, "0", "1"),
 		NormRoPEHeads:   e.Int(EnvNormRoPEHeads),
 		SmallHeads:      e.Switch(EnvSmallHeads, "1", "0"),
+		FusedPrep:       e.Switch(EnvFusedPrep, "1", "0"),
 	}
 	if e.Err != nil {
 		return o, fmt.Errorf("cuda: %w", e.Err)

@@ -33,7 +33,7 @@ import "strings"
 // produce).
 func pdlKernel(module, name string) bool {
 	switch module {
-	case "gemv", decodePrepModule:
+	case "gemv", decodePrepModule, qmod, qgemmMod:
 		return true
 	case mmaMod:
 		return strings.HasPrefix(name, "attn_dec_mma_")

@@ -80,3 +80,44 @@ func (d *Device) NormLinearSwiGLUInt8(act, x, normW *engine.Tensor, wGate, wUp e
 	}
 	return false, nil
 }
+
+// NormLinearDecodePrepInt8 is NormLinearDecodePrep for int8 weights
+// (qgemv_norm_prep_m*: qgemv_norm_multi's products, then the last block of
+// each head prepares it) where Options.FusedPrep is set and the
+// matrix-vector kernel takes the products; see
+// engine.Int8NormLinearPreparer.
+func (d *Device) NormLinearDecodePrepInt8(outs []*engine.Tensor, ws []engine.Int8Weight, x, normW *engine.Tensor, eps float32, a engine.DecodePrepArgs) (bool, error) {
+	const op = "norm linear decode prep int8"
+	if !d.opts.FusedPrep || a.KeepKV {
+		return false, nil
+	}
+	if _, err := engine.CheckNormLinear(d.own, op, x, normW); err != nil {
+		return true, err
+	}
+	dims, ok, err := d.int8Multi(outs, ws, x)
+	if !ok || err != nil || ptr(normW)%16 != 0 {
+		return err != nil, err
+	}
+	env, err := qgemmEnvNow()
+	if err != nil {
+		return true, err
+	}
+	dm := dims[:len(ws)]
+	if d.int8Pick(env, dm, x, ws, true) != int8QGEMV {
+		return false, nil
+	}
+	p, ok, err := d.decodePrepOps(a)
+	if !ok || err != nil {
+		return err != nil, err
+	}
+	if !p.fuses(outs, a, dm[0].M) {
+		return false, nil
+	}
+	if err := d.ensurePrepCounters(); err != nil {
+		return true, err
+	}
+	set, blocks := int8Set(outs, ws, dm, 8)
+	return true, d.launch(qmod, fmt.Sprintf("qgemv_norm_prep_m%d", dm[0].M), [3]int{blocks, 1, 1}, threads256, 0,
+		p.args(newArgs().blob(set[:], 8).i(dt(outs[0])).p(ptr(x)).i(dt(x)).i(dm[0].K).i(ws[0].Group).i(dm[0].Groups).
+			p(ptr(normW)).i(dt(normW)).f(eps), a).p(d.errBuf.ptr).p(d.prepCnt.ptr))
+}

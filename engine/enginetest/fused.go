@@ -17,6 +17,7 @@ import (
 func init() {
 	register(normLinearCases)
 	register(decodePrepCases)
+	register(normLinearPrepCases)
 	badArgs = append(badArgs,
 		badArg{"norm linear multi", "a norm weight of the wrong width", func(dev engine.Device, ts *Tensors, dt engine.DType) error {
 			return engine.NormLinearMulti(dev, []*engine.Tensor{ts.New(dt, 2, 4)}, []*engine.Tensor{ts.New(dt, 4, 8)},
@@ -198,7 +199,6 @@ func decodePrepCases(o Options, dt engine.DType) []Case {
 	if o.Short {
 		shapes = shapes[:4]
 	}
-	angleTol := 4 * normRoPEMaxPos * 0x1p-24 // as normRoPECases
 	var cs []Case
 	for _, s := range shapes {
 		cs = append(cs, Case{Op: "decode prep", Name: s.String(), DType: dt, Run: func(dev engine.Device, rng *rand.Rand) ([]Metric, error) {
@@ -243,38 +243,195 @@ func decodePrepCases(o Options, dt engine.DType) []Case {
 			}
 			var c opMetrics
 			c.do(engine.DecodePrep(dev, a))
-			theta := float64(s.theta)
-			floor := max(Tol(dt, d), angleTol)
-			nr := func(name string, t *engine.Tensor, x, w []float64, h int) {
-				want, _ := ref.RMSNormRoPE(x, w, b, l, h, d, pi, eps, theta)
-				c.cmp(name, t, want, errBoundTol(dt, floor, normRoPEForwardErr(x, w, want, b, l, h, d, eps), want))
-			}
-			nr("qOut", a.QOut, qv, qn, hq)
-			if s.probe {
-				nr("rOut", a.ROut, rv, rn, hq)
-			}
-			// The caches: the appended rows replace positions starts[b]..
-			wk, _ := ref.RMSNormRoPE(kv, kn, b, l, hkv, d, pi, eps, theta)
-			ek := normRoPEForwardErr(kv, kn, wk, b, l, hkv, d, eps)
-			wantK, errK := append([]float64(nil), kc...), absAll(kc)
-			wantV := append([]float64(nil), vc...)
-			vs := ref.SwapAxes12(vv, b, l, hkv, d)
-			for bh := range b * hkv {
-				for i := range l {
-					src, dst := (bh*l+i)*d, (bh*capacity+st[bh/hkv]+i)*d
-					copy(wantK[dst:dst+d], wk[src:src+d])
-					copy(errK[dst:dst+d], ek[src:src+d])
-					copy(wantV[dst:dst+d], vs[src:src+d])
-				}
-			}
-			c.cmp("kCache", a.KCache, wantK, errBoundTol(dt, floor, errK, wantK))
-			c.cmp("vCache", a.VCache, wantV, Tol(dt, 1))
-			if s.keep {
-				c.cmp("kh", a.KH, wk, errBoundTol(dt, floor, ek, wk))
-				c.cmp("vh", a.VH, vs, Tol(dt, 1))
-			}
+			s.check(&c, dt, a, prepInputs{qv, kv, vv, rv, qn, kn, rn, kc, vc, pi, st})
 			return c.result()
 		}})
 	}
 	return cs
+}
+
+// prepInputs are the values a decodePrepCase's reference starts from: the
+// projections, the norm weights, the caches before the op, the positions
+// and the starts.
+type prepInputs struct {
+	q, k, v, r, qn, kn, rn, kc, vc []float64
+	pos, starts                    []int
+}
+
+// check compares DecodePrep's outputs in a (run from in) with the
+// references of RMSNormRoPE, SwapAxes12 and KVAppendAt.
+func (s decodePrepCase) check(c *opMetrics, dt engine.DType, a engine.DecodePrepArgs, in prepInputs) {
+	const eps = 1e-6
+	b, l, hq, hkv, d, capacity := s.b, s.l, s.hq, s.hkv, s.d, s.cap
+	qv, kv, vv, rv, qn, kn, rn, kc, vc, pi, st := in.q, in.k, in.v, in.r, in.qn, in.kn, in.rn, in.kc, in.vc, in.pos, in.starts
+	angleTol := 4 * normRoPEMaxPos * 0x1p-24 // as normRoPECases
+	theta := float64(s.theta)
+	floor := max(Tol(dt, d), angleTol)
+	nr := func(name string, t *engine.Tensor, x, w []float64, h int) {
+		want, _ := ref.RMSNormRoPE(x, w, b, l, h, d, pi, eps, theta)
+		c.cmp(name, t, want, errBoundTol(dt, floor, normRoPEForwardErr(x, w, want, b, l, h, d, eps), want))
+	}
+	nr("qOut", a.QOut, qv, qn, hq)
+	if s.probe {
+		nr("rOut", a.ROut, rv, rn, hq)
+	}
+	// The caches: the appended rows replace positions starts[b]..
+	wk, _ := ref.RMSNormRoPE(kv, kn, b, l, hkv, d, pi, eps, theta)
+	ek := normRoPEForwardErr(kv, kn, wk, b, l, hkv, d, eps)
+	wantK, errK := append([]float64(nil), kc...), absAll(kc)
+	wantV := append([]float64(nil), vc...)
+	vs := ref.SwapAxes12(vv, b, l, hkv, d)
+	for bh := range b * hkv {
+		for i := range l {
+			src, dst := (bh*l+i)*d, (bh*capacity+st[bh/hkv]+i)*d
+			copy(wantK[dst:dst+d], wk[src:src+d])
+			copy(errK[dst:dst+d], ek[src:src+d])
+			copy(wantV[dst:dst+d], vs[src:src+d])
+		}
+	}
+	c.cmp("kCache", a.KCache, wantK, errBoundTol(dt, floor, errK, wantK))
+	c.cmp("vCache", a.VCache, wantV, Tol(dt, 1))
+	if s.keep {
+		c.cmp("kh", a.KH, wk, errBoundTol(dt, floor, ek, wk))
+		c.cmp("vh", a.VH, vs, Tol(dt, 1))
+	}
+}
+
+// normLinearPrepCases check NormLinearDecodePrep: the raw projections
+// against the products' reference (as normLinearCases), and the prepared
+// attention inputs against DecodePrep's references started from the
+// projections the device wrote (so that both hold the op to the bounds of
+// its two halves). The shapes take the fused CUDA kernel (B L rows up to
+// 8, D a multiple of 16, with and without r, per-sequence positions) and,
+// with 9 rows, the composition.
+func normLinearPrepCases(o Options, dt engine.DType) []Case {
+	type nlp struct {
+		decodePrepCase
+		k int
+	}
+	shapes := []nlp{
+		{decodePrepCase{1, 1, 4, 2, 128, 9, false, true, false, 1e6, false}, 256},
+		{decodePrepCase{3, 1, 4, 2, 64, 7, true, false, false, 1e4, false}, 72},
+		{decodePrepCase{2, 2, 2, 1, 16, 6, true, true, true, 1e4, false}, 32},
+		{decodePrepCase{1, 1, 2, 2, 32, 4, false, true, false, 1e4, false}, 1024},
+		{decodePrepCase{9, 1, 2, 1, 16, 3, false, true, false, 1e4, false}, 16},
+	}
+	if o.Short {
+		shapes = shapes[:3]
+	}
+	var cs []Case
+	for _, s := range shapes {
+		cs = append(cs, normLinearPrepCase(s.decodePrepCase, s.k, 0, dt))
+		// int8 weights in groups of up to 128 columns (K = 72: none the
+		// 16-byte kernels take)
+		cs = append(cs, normLinearPrepCase(s.decodePrepCase, s.k, min(s.k, 128), dt))
+	}
+	return cs
+}
+
+// normLinearPrepCase is one case of normLinearPrepCases, with int8 weights
+// in groups of group columns where group > 0.
+func normLinearPrepCase(s decodePrepCase, k, group int, dt engine.DType) Case {
+	const eps = 1e-6
+	op, name := "norm linear decode prep", fmt.Sprintf("K %d, %v", k, s)
+	if group > 0 {
+		op, name = op+" int8", fmt.Sprintf("%s, group %d", name, group)
+	}
+	return Case{Op: op, Name: name, DType: dt, Run: func(dev engine.Device, rng *rand.Rand) ([]Metric, error) {
+		b, l, hq, hkv, d, capacity := s.b, s.l, s.hq, s.hkv, s.d, s.cap
+		m := b * l
+		ts := NewTensors(dev)
+		defer ts.Free()
+		xv, gv := Normal(rng, dt, m*k, 2), Normal(rng, engine.F32, k, 1)
+		x, g, h := ts.Up(dt, xv, m, k), ts.Up(engine.F32, gv, k), ts.New(dt, m, k)
+		qn, kn, rn := Normal(rng, dt, d, 1), Normal(rng, dt, d, 1), Normal(rng, dt, d, 0.5)
+		kc, vc := Normal(rng, dt, b*hkv*capacity*d, 1), Normal(rng, dt, b*hkv*capacity*d, 1)
+		np := l
+		pshape := []int{l}
+		if s.perSeq {
+			np, pshape = b*l, []int{b, l}
+		}
+		pi, pf := make([]int, np), make([]float64, np)
+		for i := range pi {
+			pi[i] = rng.IntN(normRoPEMaxPos)
+			pf[i] = float64(pi[i])
+		}
+		st, sf := make([]int, b), make([]float64, b)
+		for i := range st {
+			st[i] = rng.IntN(capacity - l + 1)
+			sf[i] = float64(st[i])
+		}
+		a := engine.DecodePrepArgs{
+			Q: ts.New(dt, b, l, hq, d), K: ts.New(dt, b, l, hkv, d), V: ts.New(dt, b, l, hkv, d),
+			QNorm: ts.Up(dt, qn, d), KNorm: ts.Up(dt, kn, d), QOut: ts.New(dt, b, hq, l, d),
+			KCache: ts.Up(dt, kc, b, hkv, capacity, d), VCache: ts.Up(dt, vc, b, hkv, capacity, d),
+			Pos: ts.Up(engine.I32, pf, pshape...), Starts: ts.Up(engine.I32, sf, b), Eps: eps, Theta: s.theta,
+		}
+		if s.probe {
+			a.R, a.RNorm, a.ROut = ts.New(dt, b, l, hq, d), ts.Up(dt, rn, d), ts.New(dt, b, hq, l, d)
+		}
+		if s.kvh {
+			a.KH, a.VH = ts.New(dt, b, hkv, l, d), ts.New(dt, b, hkv, l, d)
+		}
+		projs := []*engine.Tensor{a.Q, a.K, a.V}
+		if s.probe {
+			projs = append(projs, a.R)
+		}
+		var outs, ws []*engine.Tensor
+		var qs []engine.Int8Weight
+		defer func() {
+			for _, w := range qs {
+				w.Free(dev)
+			}
+		}()
+		var wvs [][]float64
+		for _, p := range projs {
+			n := p.Numel() / m
+			if group > 0 {
+				w, qv, sv, err := quantized(dev, rng, n, k, group, 0.5)
+				if err != nil {
+					return nil, err
+				}
+				qs, wvs = append(qs, w), append(wvs, ref.DequantInt8(qv, sv, n, k, group))
+			} else {
+				wv := Normal(rng, dt, n*k, 1)
+				wvs, ws = append(wvs, wv), append(ws, ts.Up(dt, wv, n, k))
+			}
+			o, err := p.Reshape(m, n)
+			if err != nil {
+				return nil, err
+			}
+			outs = append(outs, o)
+		}
+		if err := ts.Err(); err != nil {
+			return nil, err
+		}
+		var c opMetrics
+		if group > 0 {
+			c.do(engine.NormLinearDecodePrepInt8(dev, outs, qs, x, g, eps, h, a))
+		} else {
+			c.do(engine.NormLinearDecodePrep(dev, outs, ws, x, g, eps, h, a))
+		}
+		hv, _ := ref.RMSNorm(xv, gv, m, k, eps)
+		raw := make([][]float64, 4)
+		for i, o := range outs {
+			n := o.Dim(1)
+			want := ref.MatMul(hv, wvs[i], 1, m, n, k, false, true, false)
+			e := normLinearErr(hv, wvs[i], want, m, n, k)
+			if group > 0 {
+				e = int8NormErr(hv, wvs[i], want, m, n, k)
+			}
+			c.cmp(fmt.Sprintf("projection %d", i), o, want, errBoundTol(dt, Tol(dt, k), e, want))
+			got, err := engine.Float32s(o)
+			if err != nil {
+				return nil, err
+			}
+			raw[i] = make([]float64, len(got))
+			for j, v := range got {
+				raw[i][j] = float64(v)
+			}
+		}
+		s.check(&c, dt, a, prepInputs{raw[0], raw[1], raw[2], raw[3], qn, kn, rn, kc, vc, pi, st})
+		return c.result()
+	}}
 }

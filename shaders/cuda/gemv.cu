@@ -21,6 +21,7 @@
 // before it and reads x or out. Under PDL the weights thus stream in while
 // the previous kernel finishes.
 #include "common.cuh"
+#include "decode_prep.cuh"
 
 // gemv_prefetch asks the L2 for rows n0.. (8 at most, those below N) of
 // the 16-bit weight w [N, K]: this block's.
@@ -231,6 +232,19 @@ __device__ __forceinline__ void gemv_swiglu_row(void *act, int dto, const void *
 		pdl_wait();                                                                                                \
 		gemv_rstd<MM>(rstd, x, dt, K, eps);                                                                        \
 		gemv_row<MM, true>(out, dto, x, w, dt, N, K, 0, n0 + (threadIdx.x >> 5), g, dtg, rstd);                    \
+	}                                                                                                              \
+	extern "C" __global__ void __launch_bounds__(256) gemv_norm_prep_m##MM(                                        \
+	    gemv_set s, int dto, const void *x, int dt, int K, const void *g, int dtg, float eps,                      \
+	    const __grid_constant__ dp_set ps, const __grid_constant__ dp_freq fr, const int *pos, const int *starts,  \
+	    int B, int L, int D, int Cap, int per_seq, float heps, int lpr, int *err, int *cnt) {                      \
+		__shared__ float rstd[MM];                                                                                 \
+		GEMV_WEIGHT(s);                                                                                            \
+		pdl_trigger();                                                                                             \
+		gemv_prefetch(w, n0, N, K);                                                                                \
+		pdl_wait();                                                                                                \
+		gemv_rstd<MM>(rstd, x, dt, K, eps);                                                                        \
+		gemv_row<MM, true>(out, dto, x, w, dt, N, K, 0, n0 + (threadIdx.x >> 5), g, dtg, rstd);                    \
+		gemv_prep_tail<MM>(i_, n0, ps, fr, pos, starts, L, D, Cap, per_seq, heps, lpr, err, cnt);                  \
 	}                                                                                                              \
 	extern "C" __global__ void __launch_bounds__(256) gemv_norm_swiglu_m##MM(                                      \
 	    void *act, int dto, const void *x, const void *wg, const void *wu, int dt, int N, int K, const void *g,    \

@@ -21,6 +21,7 @@
 // dtype): the tied embedding's lookup, and the whole matrix for products
 // of many rows, which then run as a tensor-core MatMul over it.
 #include "int8.cuh"
+#include "decode_prep.cuh"
 
 
 // i8x4f converts four packed int8 to f32 exactly: the XOR offsets each byte
@@ -41,6 +42,20 @@ __device__ __forceinline__ void i8x16f(uint4 v, float *f) {
 	i8x4f(v.y, f + 4);
 	i8x4f(v.z, f + 8);
 	i8x4f(v.w, f + 12);
+}
+
+// qgemv_prefetch asks the L2 for rows n0.. (rows at most, those below N)
+// of the int8 weight q [N, K] and their scales s [N, ng]: this block's.
+// Under programmatic dependent launch (the host launches this module with
+// it, pdl.go) every kernel here asks for them before pdl_wait: the weights
+// are constant while a model runs, so the L2 may hold them early, while
+// x, out and the ids come from the kernels before.
+__device__ __forceinline__ void qgemv_prefetch(const i8 *q, const float *s, int n0, int rows, int N, int K, int ng) {
+	if (threadIdx.x != 0 || n0 >= N) return;
+	const int r = min(rows, N - n0);
+	l2_prefetch(q + (i64)n0 * K, (u32)((i64)r * K) & ~15u);
+	const u32 sb = (u32)(r * ng * 4) & ~15u;
+	if (sb) l2_prefetch(s + (i64)n0 * ng, sb);
 }
 
 // dot16 is sum_j x[j] w[j] over 16 terms in two interleaved f32 chains.
@@ -166,6 +181,9 @@ __device__ __forceinline__ void qgemv_row_split(void *out, int dto, const void *
 extern "C" __global__ void __launch_bounds__(256) qgemv_k2_m1(void *out, int dto, const void *x, int dtx, const i8 *q,
                                                               const float *s, int N, int K, int G, int ng,
                                                               int accumulate) {
+	pdl_trigger();
+	qgemv_prefetch(q, s, blockIdx.x * 4, 4, N, K, ng);
+	pdl_wait();
 	qgemv_row_split<1, 2>(out, dto, x, dtx, q, s, N, K, G, ng, accumulate);
 }
 
@@ -196,6 +214,9 @@ __device__ __forceinline__ void qgemv_swiglu_row(void *act, int dto, const void 
 	extern "C" __global__ void __launch_bounds__(256)                                                                \
 	    qgemv_m##MM(void *out, int dto, const void *x, int dtx, const i8 *q, const float *s, int N, int K, int G,    \
 	                int ng, int accumulate) {                                                                        \
+		pdl_trigger();                                                                                               \
+		qgemv_prefetch(q, s, blockIdx.x * 8, 8, N, K, ng);                                                           \
+		pdl_wait();                                                                                                  \
 		qgemv_row<MM, false>(out, dto, x, dtx, q, s, N, K, G, ng, accumulate,                                        \
 		                     (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5), 0, 0, 0);                     \
 	}                                                                                                                \
@@ -204,11 +225,18 @@ __device__ __forceinline__ void qgemv_swiglu_row(void *act, int dto, const void 
 		int i = 0;                                                                                                   \
 		while (i < 3 && (int)blockIdx.x >= st.first[i + 1]) i++;                                                     \
 		int n = ((int)blockIdx.x - st.first[i]) * 8 + (threadIdx.x >> 5);                                           \
+		pdl_trigger();                                                                                               \
+		qgemv_prefetch(st.q[i], st.s[i], n - (threadIdx.x >> 5), 8, st.n[i], K, ng);                                 \
+		pdl_wait();                                                                                                  \
 		qgemv_row<MM, false>(st.out[i], dto, x, dtx, st.q[i], st.s[i], st.n[i], K, G, ng, 0, n, 0, 0, 0);            \
 	}                                                                                                                \
 	extern "C" __global__ void __launch_bounds__(256)                                                                \
 	    qgemv_swiglu_m##MM(void *act, int dto, const void *x, int dtx, const i8 *qg, const float *sg, const i8 *qu, \
 	                       const float *su, int N, int K, int G, int ng) {                                           \
+		pdl_trigger();                                                                                               \
+		qgemv_prefetch(qg, sg, blockIdx.x * 8, 8, N, K, ng);                                                         \
+		qgemv_prefetch(qu, su, blockIdx.x * 8, 8, N, K, ng);                                                         \
+		pdl_wait();                                                                                                  \
 		qgemv_swiglu_row<MM, false>(act, dto, x, dtx, qg, sg, qu, su, N, K, G, ng,                                   \
 		                            (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5), 0, 0, 0);              \
 	}                                                                                                                \
@@ -218,13 +246,36 @@ __device__ __forceinline__ void qgemv_swiglu_row(void *act, int dto, const void 
 		int i = 0;                                                                                                   \
 		while (i < 3 && (int)blockIdx.x >= st.first[i + 1]) i++;                                                     \
 		int n = ((int)blockIdx.x - st.first[i]) * 8 + (threadIdx.x >> 5);                                           \
+		pdl_trigger();                                                                                               \
+		qgemv_prefetch(st.q[i], st.s[i], n - (threadIdx.x >> 5), 8, st.n[i], K, ng);                                 \
+		pdl_wait();                                                                                                  \
 		qgemv_rstd<MM>(rstd, x, dtx, K, eps);                                                                        \
 		qgemv_row<MM, true>(st.out[i], dto, x, dtx, st.q[i], st.s[i], st.n[i], K, G, ng, 0, n, g, dtg, rstd);        \
+	}                                                                                                                \
+	extern "C" __global__ void __launch_bounds__(256) qgemv_norm_prep_m##MM(                                         \
+	    i8_set st, int dto, const void *x, int dtx, int K, int G, int ng, const void *g, int dtg, float eps,       \
+	    const __grid_constant__ dp_set ps, const __grid_constant__ dp_freq fr, const int *pos, const int *starts,  \
+	    int B, int L, int D, int Cap, int per_seq, float heps, int lpr, int *err, int *cnt) {                      \
+		__shared__ float rstd[MM];                                                                                   \
+		int i = 0;                                                                                                   \
+		while (i < 3 && (int)blockIdx.x >= st.first[i + 1]) i++;                                                     \
+		const int n0 = ((int)blockIdx.x - st.first[i]) * 8;                                                         \
+		pdl_trigger();                                                                                               \
+		qgemv_prefetch(st.q[i], st.s[i], n0, 8, st.n[i], K, ng);                                                     \
+		pdl_wait();                                                                                                  \
+		qgemv_rstd<MM>(rstd, x, dtx, K, eps);                                                                        \
+		qgemv_row<MM, true>(st.out[i], dto, x, dtx, st.q[i], st.s[i], st.n[i], K, G, ng, 0, n0 + (threadIdx.x >> 5), \
+		                    g, dtg, rstd);                                                                           \
+		gemv_prep_tail<MM>(i, n0, ps, fr, pos, starts, L, D, Cap, per_seq, heps, lpr, err, cnt);                     \
 	}                                                                                                                \
 	extern "C" __global__ void __launch_bounds__(256) qgemv_norm_swiglu_m##MM(                                       \
 	    void *act, int dto, const void *x, int dtx, const i8 *qg, const float *sg, const i8 *qu, const float *su,    \
 	    int N, int K, int G, int ng, const void *g, int dtg, float eps) {                                            \
 		__shared__ float rstd[MM];                                                                                   \
+		pdl_trigger();                                                                                               \
+		qgemv_prefetch(qg, sg, blockIdx.x * 8, 8, N, K, ng);                                                         \
+		qgemv_prefetch(qu, su, blockIdx.x * 8, 8, N, K, ng);                                                         \
+		pdl_wait();                                                                                                  \
 		qgemv_rstd<MM>(rstd, x, dtx, K, eps);                                                                        \
 		qgemv_swiglu_row<MM, true>(act, dto, x, dtx, qg, sg, qu, su, N, K, G, ng,                                    \
 		                           (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5), g, dtg, rstd);          \
@@ -245,6 +296,8 @@ QGEMV(8)
 extern "C" __global__ void __launch_bounds__(256) dequant_i8(void *out, int dto, const i8 *q, const float *s,
                                                              const int *ids, i64 rows, int N, int K, int G, int ng,
                                                              int *err) {
+	pdl_trigger();
+	pdl_wait(); // ids and out belong to the kernels before
 	i64 r = (i64)blockIdx.y * gridDim.x + blockIdx.x;
 	if (r >= rows) return;
 	i64 src = r;

@@ -27,13 +27,8 @@ var (
 // squares from x) where LinearMulti would take the products of the normed
 // rows; see engine.NormLinear.
 func (d *Device) NormLinearMulti(outs, ws []*engine.Tensor, x, normW *engine.Tensor, eps float32) (bool, error) {
-	const op = "norm linear multi"
-	k, err := engine.CheckNormLinear(d.own, op, x, normW)
-	if err != nil {
-		return true, err
-	}
-	set, rows, _, blocks, err := d.gemvSet(op, outs, ws, x)
-	if rows == 0 || err != nil || ptr(normW)%16 != 0 {
+	set, rows, k, blocks, err := d.normGemvSet("norm linear multi", outs, ws, x, normW)
+	if rows == 0 || err != nil {
 		return err != nil, err
 	}
 	return true, d.launch("gemv", fmt.Sprintf("gemv_norm_multi_m%d", rows), [3]int{blocks, 1, 1}, threads256, 0,
@@ -183,12 +178,8 @@ func (d *Device) NormLinearDecodePrep(outs, ws []*engine.Tensor, x, normW *engin
 	if err := engine.CheckNormLinearDecodePrep(outs, ws, a); err != nil {
 		return true, err
 	}
-	k, err := engine.CheckNormLinear(d.own, op, x, normW)
-	if err != nil {
-		return true, err
-	}
-	set, rows, _, blocks, err := d.gemvSet(op, outs, ws, x)
-	if rows == 0 || err != nil || ptr(normW)%16 != 0 {
+	set, rows, k, blocks, err := d.normGemvSet(op, outs, ws, x, normW)
+	if rows == 0 || err != nil {
 		return err != nil, err
 	}
 	p, ok, err := d.decodePrepOps(a)
@@ -239,4 +230,18 @@ func (d *Device) ensurePrepCounters() error {
 	}
 	d.prepCnt = b
 	return nil
+}
+
+// normGemvSet checks the norm operands of a gemv_norm_* launch and lays out
+// its products (gemvSet); rows is 0 (err nil) where the kernels do not take
+// them. k is x's width.
+func (d *Device) normGemvSet(op string, outs, ws []*engine.Tensor, x, normW *engine.Tensor) (set [104]byte, rows, k, blocks int, err error) {
+	if k, err = engine.CheckNormLinear(d.own, op, x, normW); err != nil {
+		return set, 0, 0, 0, err
+	}
+	set, rows, _, blocks, err = d.gemvSet(op, outs, ws, x)
+	if err != nil || ptr(normW)%16 != 0 {
+		rows = 0
+	}
+	return set, rows, k, blocks, err
 }

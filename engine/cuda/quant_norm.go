@@ -21,20 +21,11 @@ var _ engine.Int8NormLinear = (*Device)(nil)
 // launch (qgemm_norm_* or qgemv_norm_multi_m*) where LinearMultiInt8 would
 // take the products of the normed rows; see engine.Int8NormLinear.
 func (d *Device) NormLinearMultiInt8(outs []*engine.Tensor, ws []engine.Int8Weight, x, normW *engine.Tensor, eps float32) (bool, error) {
-	const op = "norm linear multi int8"
-	if _, err := engine.CheckNormLinear(d.own, op, x, normW); err != nil {
-		return true, err
-	}
-	dims, ok, err := d.int8Multi(outs, ws, x)
-	if !ok || err != nil || ptr(normW)%16 != 0 {
-		return err != nil, err
-	}
-	env, err := qgemmEnvNow()
+	dm, env, pick, err := d.int8NormPick("norm linear multi int8", outs, ws, x, normW)
 	if err != nil {
 		return true, err
 	}
-	dm := dims[:len(ws)]
-	switch d.int8Pick(env, dm, x, ws, true) {
+	switch pick {
 	case int8QGEMM:
 		set, tiles := int8Set(outs, ws, dm, qgemmTileRows)
 		return true, d.qgemm(env, "norm_", &set, tiles, dt(outs[0]), x, dm[0], ws[0].Group, false, normW, eps)
@@ -91,20 +82,9 @@ func (d *Device) NormLinearDecodePrepInt8(outs []*engine.Tensor, ws []engine.Int
 	if !d.opts.FusedPrep || a.KeepKV {
 		return false, nil
 	}
-	if _, err := engine.CheckNormLinear(d.own, op, x, normW); err != nil {
-		return true, err
-	}
-	dims, ok, err := d.int8Multi(outs, ws, x)
-	if !ok || err != nil || ptr(normW)%16 != 0 {
+	dm, _, pick, err := d.int8NormPick(op, outs, ws, x, normW)
+	if pick != int8QGEMV || err != nil {
 		return err != nil, err
-	}
-	env, err := qgemmEnvNow()
-	if err != nil {
-		return true, err
-	}
-	dm := dims[:len(ws)]
-	if d.int8Pick(env, dm, x, ws, true) != int8QGEMV {
-		return false, nil
 	}
 	p, ok, err := d.decodePrepOps(a)
 	if !ok || err != nil {
@@ -120,4 +100,22 @@ func (d *Device) NormLinearDecodePrepInt8(outs []*engine.Tensor, ws []engine.Int
 	return true, d.launch(qmod, fmt.Sprintf("qgemv_norm_prep_m%d", dm[0].M), [3]int{blocks, 1, 1}, threads256, 0,
 		p.args(newArgs().blob(set[:], 8).i(dt(outs[0])).p(ptr(x)).i(dt(x)).i(dm[0].K).i(ws[0].Group).i(dm[0].Groups).
 			p(ptr(normW)).i(dt(normW)).f(eps), a).p(d.errBuf.ptr).p(d.prepCnt.ptr))
+}
+
+// int8NormPick checks the operands of a norm-folded int8 product and picks
+// its kernel (int8Pick); the pick is neither int8QGEMM nor int8QGEMV
+// (and err nil) where no fused kernel takes them.
+func (d *Device) int8NormPick(op string, outs []*engine.Tensor, ws []engine.Int8Weight, x, normW *engine.Tensor) (dm []engine.Int8Dims, env qgemmEnv, pick int8Kernel, err error) {
+	if _, err = engine.CheckNormLinear(d.own, op, x, normW); err != nil {
+		return nil, env, pick, err
+	}
+	dims, ok, err := d.int8Multi(outs, ws, x)
+	if !ok || err != nil || ptr(normW)%16 != 0 {
+		return nil, env, pick, err
+	}
+	if env, err = qgemmEnvNow(); err != nil {
+		return nil, env, pick, err
+	}
+	dm = dims[:len(ws)]
+	return dm, env, d.int8Pick(env, dm, x, ws, true), nil
 }

@@ -208,21 +208,7 @@ func decodePrepCases(o Options, dt engine.DType) []Case {
 			qv, kv, vv := Normal(rng, dt, b*l*hq*d, 2), Normal(rng, dt, b*l*hkv*d, 2), Normal(rng, dt, b*l*hkv*d, 1)
 			qn, kn, rn := Normal(rng, dt, d, 1), Normal(rng, dt, d, 1), Normal(rng, dt, d, 0.5)
 			kc, vc := Normal(rng, dt, b*hkv*capacity*d, 1), Normal(rng, dt, b*hkv*capacity*d, 1)
-			np := l
-			pshape := []int{l}
-			if s.perSeq {
-				np, pshape = b*l, []int{b, l}
-			}
-			pi, pf := make([]int, np), make([]float64, np)
-			for i := range pi {
-				pi[i] = rng.IntN(normRoPEMaxPos)
-				pf[i] = float64(pi[i])
-			}
-			st, sf := make([]int, b), make([]float64, b)
-			for i := range st {
-				st[i] = rng.IntN(capacity - l + 1)
-				sf[i] = float64(st[i])
-			}
+			pi, pf, pshape, st, sf := s.positions(rng)
 			a := engine.DecodePrepArgs{
 				Q: ts.Up(dt, qv, b, l, hq, d), K: ts.Up(dt, kv, b, l, hkv, d), V: ts.Up(dt, vv, b, l, hkv, d),
 				QNorm: ts.Up(dt, qn, d), KNorm: ts.Up(dt, kn, d), QOut: ts.New(dt, b, hq, l, d),
@@ -248,6 +234,27 @@ func decodePrepCases(o Options, dt engine.DType) []Case {
 		}})
 	}
 	return cs
+}
+
+// positions draws a case's positions (pi, and as values pf of shape
+// pshape: [L], or [B, L] per sequence) and cache starts (st, sf [B]).
+func (s decodePrepCase) positions(rng *rand.Rand) (pi []int, pf []float64, pshape []int, st []int, sf []float64) {
+	np := s.l
+	pshape = []int{s.l}
+	if s.perSeq {
+		np, pshape = s.b*s.l, []int{s.b, s.l}
+	}
+	pi, pf = make([]int, np), make([]float64, np)
+	for i := range pi {
+		pi[i] = rng.IntN(normRoPEMaxPos)
+		pf[i] = float64(pi[i])
+	}
+	st, sf = make([]int, s.b), make([]float64, s.b)
+	for i := range st {
+		st[i] = rng.IntN(s.cap - s.l + 1)
+		sf[i] = float64(st[i])
+	}
+	return pi, pf, pshape, st, sf
 }
 
 // prepInputs are the values a decodePrepCase's reference starts from: the
@@ -346,21 +353,7 @@ func normLinearPrepCase(s decodePrepCase, k, group int, dt engine.DType) Case {
 		x, g, h := ts.Up(dt, xv, m, k), ts.Up(engine.F32, gv, k), ts.New(dt, m, k)
 		qn, kn, rn := Normal(rng, dt, d, 1), Normal(rng, dt, d, 1), Normal(rng, dt, d, 0.5)
 		kc, vc := Normal(rng, dt, b*hkv*capacity*d, 1), Normal(rng, dt, b*hkv*capacity*d, 1)
-		np := l
-		pshape := []int{l}
-		if s.perSeq {
-			np, pshape = b*l, []int{b, l}
-		}
-		pi, pf := make([]int, np), make([]float64, np)
-		for i := range pi {
-			pi[i] = rng.IntN(normRoPEMaxPos)
-			pf[i] = float64(pi[i])
-		}
-		st, sf := make([]int, b), make([]float64, b)
-		for i := range st {
-			st[i] = rng.IntN(capacity - l + 1)
-			sf[i] = float64(st[i])
-		}
+		pi, pf, pshape, st, sf := s.positions(rng)
 		a := engine.DecodePrepArgs{
 			Q: ts.New(dt, b, l, hq, d), K: ts.New(dt, b, l, hkv, d), V: ts.New(dt, b, l, hkv, d),
 			QNorm: ts.Up(dt, qn, d), KNorm: ts.Up(dt, kn, d), QOut: ts.New(dt, b, hq, l, d),

@@ -196,6 +196,17 @@ __device__ __forceinline__ void gemv_swiglu_row(void *act, int dto, const void *
 	const void *w = PICK4(w, i_);                                                                                  \
 	const int N = PICK4(n_, i_), n0 = (b_ - PICK4(first, i_)) * 8
 
+// GEMV_NORM_MULTI is gemv_norm_multi's body (its block's columns of the
+// products of the normed rows), which gemv_norm_prep shares.
+#define GEMV_NORM_MULTI(MM)                                                                                        \
+	__shared__ float rstd[MM];                                                                                     \
+	GEMV_WEIGHT(s);                                                                                                \
+	pdl_trigger();                                                                                                 \
+	gemv_prefetch(w, n0, N, K);                                                                                    \
+	pdl_wait();                                                                                                    \
+	gemv_rstd<MM>(rstd, x, dt, K, eps);                                                                            \
+	gemv_row<MM, true>(out, dto, x, w, dt, N, K, 0, n0 + (threadIdx.x >> 5), g, dtg, rstd)
+
 #define GEMV(MM)                                                                                                   \
 	extern "C" __global__ void __launch_bounds__(256) gemv_m##MM(void *out, int dto, const void *x, const void *w, \
 	                                                            int dt, int N, int K, int accumulate) {           \
@@ -225,25 +236,13 @@ __device__ __forceinline__ void gemv_swiglu_row(void *act, int dto, const void *
 	}                                                                                                              \
 	extern "C" __global__ void __launch_bounds__(256) gemv_norm_multi_m##MM(                                       \
 	    gemv_set s, int dto, const void *x, int dt, int K, const void *g, int dtg, float eps) {                    \
-		__shared__ float rstd[MM];                                                                                 \
-		GEMV_WEIGHT(s);                                                                                            \
-		pdl_trigger();                                                                                             \
-		gemv_prefetch(w, n0, N, K);                                                                                \
-		pdl_wait();                                                                                                \
-		gemv_rstd<MM>(rstd, x, dt, K, eps);                                                                        \
-		gemv_row<MM, true>(out, dto, x, w, dt, N, K, 0, n0 + (threadIdx.x >> 5), g, dtg, rstd);                    \
+		GEMV_NORM_MULTI(MM);                                                                                       \
 	}                                                                                                              \
 	extern "C" __global__ void __launch_bounds__(256) gemv_norm_prep_m##MM(                                        \
 	    gemv_set s, int dto, const void *x, int dt, int K, const void *g, int dtg, float eps,                      \
 	    const __grid_constant__ dp_set ps, const __grid_constant__ dp_freq fr, const int *pos, const int *starts,  \
 	    int B, int L, int D, int Cap, int per_seq, float heps, int lpr, int *err, int *cnt) {                      \
-		__shared__ float rstd[MM];                                                                                 \
-		GEMV_WEIGHT(s);                                                                                            \
-		pdl_trigger();                                                                                             \
-		gemv_prefetch(w, n0, N, K);                                                                                \
-		pdl_wait();                                                                                                \
-		gemv_rstd<MM>(rstd, x, dt, K, eps);                                                                        \
-		gemv_row<MM, true>(out, dto, x, w, dt, N, K, 0, n0 + (threadIdx.x >> 5), g, dtg, rstd);                    \
+		GEMV_NORM_MULTI(MM);                                                                                       \
 		gemv_prep_tail<MM>(i_, n0, ps, fr, pos, starts, L, D, Cap, per_seq, heps, lpr, err, cnt);                  \
 	}                                                                                                              \
 	extern "C" __global__ void __launch_bounds__(256) gemv_norm_swiglu_m##MM(                                      \

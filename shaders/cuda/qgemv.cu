@@ -210,6 +210,9 @@ __device__ __forceinline__ void qgemv_swiglu_row(void *act, int dto, const void 
 	}
 }
 
+// qgemv_norm_prep_m* keeps qgemv_norm_multi_m*'s three blocks a
+// multiprocessor (__launch_bounds__(256, 3)): the preparation's registers
+// would otherwise take it to two.
 #define QGEMV(MM)                                                                                                    \
 	extern "C" __global__ void __launch_bounds__(256)                                                                \
 	    qgemv_m##MM(void *out, int dto, const void *x, int dtx, const i8 *q, const float *s, int N, int K, int G,    \
@@ -252,7 +255,7 @@ __device__ __forceinline__ void qgemv_swiglu_row(void *act, int dto, const void 
 		qgemv_rstd<MM>(rstd, x, dtx, K, eps);                                                                        \
 		qgemv_row<MM, true>(st.out[i], dto, x, dtx, st.q[i], st.s[i], st.n[i], K, G, ng, 0, n, g, dtg, rstd);        \
 	}                                                                                                                \
-	extern "C" __global__ void __launch_bounds__(256) qgemv_norm_prep_m##MM(                                         \
+	extern "C" __global__ void __launch_bounds__(256, 3) qgemv_norm_prep_m##MM(                                      \
 	    i8_set st, int dto, const void *x, int dtx, int K, int G, int ng, const void *g, int dtg, float eps,       \
 	    const __grid_constant__ dp_set ps, const __grid_constant__ dp_freq fr, const int *pos, const int *starts,  \
 	    int B, int L, int D, int Cap, int per_seq, float heps, int lpr, int *err, int *cnt) {                      \

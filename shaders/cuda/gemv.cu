@@ -9,10 +9,13 @@
 // The gemv_norm_* kernels also apply the RMSNorm that precedes the
 // products in a pre-norm block (engine.NormLinear): with
 // h = x rstd g (rstd = 1/sqrt(mean(x^2) + eps) per row, g the norm's
-// weight), h w^T = rstd (x (g w)^T), so each block first sums the squares
-// of its rows (warp m row m, from L2: 2 KB a row at K = 1024) into shared
-// memory, multiplies each weight chunk by g as it arrives and scales the
-// reduced sums by rstd. h is never stored, and never rounded.
+// weight), h w^T = rstd (x (g w)^T): each warp multiplies each weight
+// chunk by g as it arrives, sums the squares of the x chunks its dot
+// products load anyway (every warp reads all of x: its lanes cover K), and
+// scales its reduced dot products by the rstd its own reduced sums give,
+// so the norm costs no pass over x and no barrier. h is never stored, and
+// never rounded. (Each lane adds its squares in the order of k, as the
+// rmsnorm kernels' lanes do.)
 //
 // Every kernel starts the same way: it lets the next kernel of
 // the stream launch (programmatic dependent launch, where the host asked
@@ -29,37 +32,21 @@ __device__ __forceinline__ void gemv_prefetch(const void *w, int n0, int N, int 
 	if (threadIdx.x == 0 && n0 < N) l2_prefetch((const u16 *)w + (i64)n0 * K, (u32)(min(8, N - n0) * K * 2));
 }
 
-// gemv_rstd writes rstd[m] = 1/sqrt(mean(x_m^2) + eps) of the M rows of
-// x [M, K] (warp m sums row m; 8 warps a block) and synchronises the
-// block; f32 sums, as the rmsnorm kernels'.
-template <int M>
-__device__ __forceinline__ void gemv_rstd(float *rstd, const void *x, int dt, int K, float eps) {
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	if (warp < M) {
-		float ss = 0;
-#pragma unroll 4
-		for (int k = lane * 8; k < K; k += 256) {
-			float v[8];
-			ld8f(x, dt, (i64)warp * K + k, v);
-#pragma unroll
-			for (int j = 0; j < 8; j++) ss += v[j] * v[j];
-		}
-		ss = warp_sum(ss);
-		if (lane == 0) rstd[warp] = 1.0f / sqrtf(ss / (float)K + eps);
-	}
-	__syncthreads();
-}
-
 // gemv_dot sums, for each of the M rows of x, this lane's share of the
 // dot product with the weight row at row (elements k0, k0 + 256 KS, ...
 // in 8-element chunks, four loads in flight): KS warps share a row when
 // KS > 1, lane offsets k0 = q 256 + 8 lane. NORM multiplies each weight
-// chunk by the norm weight g first.
+// chunk by the norm weight g first and sums the squares of this lane's
+// elements of each row of x into ss (KS 1: the lanes cover K).
 template <int M, bool NORM, int KS>
-__device__ __forceinline__ void gemv_dot(float *s, const void *x, const void *w, int dt, int K, i64 row, int k0,
-                                         const void *g, int dtg) {
+__device__ __forceinline__ void gemv_dot(float *s, float *ss, const void *x, const void *w, int dt, int K, i64 row,
+                                         int k0, const void *g, int dtg) {
 #pragma unroll
 	for (int m = 0; m < M; m++) s[m] = 0.0f;
+	if (NORM) {
+#pragma unroll
+		for (int m = 0; m < M; m++) ss[m] = 0.0f;
+	}
 	for (; k0 < K; k0 += 256 * KS * 4) {
 		float wv[4][8];
 #pragma unroll
@@ -83,25 +70,35 @@ __device__ __forceinline__ void gemv_dot(float *s, const void *x, const void *w,
 				ld8f(x, dt, (i64)m * K + k, xv);
 #pragma unroll
 				for (int j = 0; j < 8; j++) s[m] = fmaf(xv[j], wv[u][j], s[m]);
+				if (NORM) {
+#pragma unroll
+					for (int j = 0; j < 8; j++) ss[m] = fmaf(xv[j], xv[j], ss[m]);
+				}
 			}
 		}
 	}
 }
 
+// gemv_rstd is 1/sqrt(mean(x^2) + eps) of a row from its lanes' sums of
+// squares ss over K elements (f32, as the rmsnorm kernels').
+__device__ __forceinline__ float gemv_rstd(float ss, int K, float eps) {
+	return 1.0f / sqrtf(warp_sum(ss) / (float)K + eps);
+}
+
 // gemv_row computes column n of out for the M rows of x. NORM: the rows
-// are normed first (g [K] of dtype dtg, rstd from gemv_rstd).
+// are normed first (g [K] of dtype dtg, eps the norm's).
 template <int M, bool NORM>
 __device__ __forceinline__ void gemv_row(void *out, int dto, const void *x, const void *w, int dt, int N, int K,
-                                         int accumulate, int n, const void *g, int dtg, const float *rstd) {
+                                         int accumulate, int n, const void *g, int dtg, float eps) {
 	int lane = threadIdx.x & 31;
 	if (n >= N) return;
-	float s[M];
-	gemv_dot<M, NORM, 1>(s, x, w, dt, K, (i64)n * K, lane * 8, g, dtg);
+	float s[M], ss[M];
+	gemv_dot<M, NORM, 1>(s, ss, x, w, dt, K, (i64)n * K, lane * 8, g, dtg);
 #pragma unroll
 	for (int m = 0; m < M; m++) {
 		float v = warp_sum(s[m]);
+		if (NORM) v *= gemv_rstd(ss[m], K, eps);
 		if (lane == 0) {
-			if (NORM) v *= rstd[m];
 			i64 o = (i64)m * N + n;
 			if (accumulate) v += ldf(out, dto, o);
 			stf(out, dto, o, v);
@@ -123,7 +120,7 @@ __device__ __forceinline__ void gemv_row_split(void *out, int dto, const void *x
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	int n = blockIdx.x * (8 / KS) + warp / KS, q = warp % KS;
 	float s[M];
-	gemv_dot<M, false, KS>(s, x, w, dt, n < N ? K : 0, (i64)n * K, q * 256 + lane * 8, 0, 0);
+	gemv_dot<M, false, KS>(s, nullptr, x, w, dt, n < N ? K : 0, (i64)n * K, q * 256 + lane * 8, 0, 0);
 	split_store<M, KS>(s, out, dto, N, n, q, accumulate);
 }
 
@@ -142,13 +139,12 @@ struct gemv_set {
 // products kept in f32 up to the activation. NORM as for gemv_row.
 template <int M, bool NORM>
 __device__ __forceinline__ void gemv_swiglu_row(void *act, int dto, const void *x, const void *wg, const void *wu,
-                                                int dt, int N, int K, int n, const void *g, int dtg,
-                                                const float *rstd) {
+                                                int dt, int N, int K, int n, const void *g, int dtg, float eps) {
 	int lane = threadIdx.x & 31;
 	if (n >= N) return;
-	float gs[M], us[M];
+	float gs[M], us[M], ss[M];
 #pragma unroll
-	for (int m = 0; m < M; m++) gs[m] = 0.0f, us[m] = 0.0f;
+	for (int m = 0; m < M; m++) gs[m] = 0.0f, us[m] = 0.0f, ss[m] = 0.0f;
 	const i64 row = (i64)n * K;
 	for (int k0 = lane * 8; k0 < K; k0 += 32 * 8 * 2) {
 		float gv[2][8], uv[2][8];
@@ -173,14 +169,21 @@ __device__ __forceinline__ void gemv_swiglu_row(void *act, int dto, const void *
 				ld8f(x, dt, (i64)m * K + k, xv);
 #pragma unroll
 				for (int j = 0; j < 8; j++) gs[m] = fmaf(xv[j], gv[q][j], gs[m]), us[m] = fmaf(xv[j], uv[q][j], us[m]);
+				if (NORM) {
+#pragma unroll
+					for (int j = 0; j < 8; j++) ss[m] = fmaf(xv[j], xv[j], ss[m]);
+				}
 			}
 		}
 	}
 #pragma unroll
 	for (int m = 0; m < M; m++) {
 		float a = warp_sum(gs[m]), b = warp_sum(us[m]);
+		if (NORM) {
+			const float r = gemv_rstd(ss[m], K, eps);
+			a *= r, b *= r;
+		}
 		if (lane == 0) {
-			if (NORM) a *= rstd[m], b *= rstd[m];
 			stf(act, dto, (i64)m * N + n, a / (1.0f + expf(-a)) * b);
 		}
 	}
@@ -199,13 +202,11 @@ __device__ __forceinline__ void gemv_swiglu_row(void *act, int dto, const void *
 // GEMV_NORM_MULTI is gemv_norm_multi's body (its block's columns of the
 // products of the normed rows), which gemv_norm_prep shares.
 #define GEMV_NORM_MULTI(MM)                                                                                        \
-	__shared__ float rstd[MM];                                                                                     \
 	GEMV_WEIGHT(s);                                                                                                \
 	pdl_trigger();                                                                                                 \
 	gemv_prefetch(w, n0, N, K);                                                                                    \
 	pdl_wait();                                                                                                    \
-	gemv_rstd<MM>(rstd, x, dt, K, eps);                                                                            \
-	gemv_row<MM, true>(out, dto, x, w, dt, N, K, 0, n0 + (threadIdx.x >> 5), g, dtg, rstd)
+	gemv_row<MM, true>(out, dto, x, w, dt, N, K, 0, n0 + (threadIdx.x >> 5), g, dtg, eps)
 
 #define GEMV(MM)                                                                                                   \
 	extern "C" __global__ void __launch_bounds__(256) gemv_m##MM(void *out, int dto, const void *x, const void *w, \
@@ -248,14 +249,12 @@ __device__ __forceinline__ void gemv_swiglu_row(void *act, int dto, const void *
 	extern "C" __global__ void __launch_bounds__(256) gemv_norm_swiglu_m##MM(                                      \
 	    void *act, int dto, const void *x, const void *wg, const void *wu, int dt, int N, int K, const void *g,    \
 	    int dtg, float eps) {                                                                                      \
-		__shared__ float rstd[MM];                                                                                 \
 		pdl_trigger();                                                                                             \
 		gemv_prefetch(wg, blockIdx.x * 8, N, K);                                                                   \
 		gemv_prefetch(wu, blockIdx.x * 8, N, K);                                                                   \
 		pdl_wait();                                                                                                \
-		gemv_rstd<MM>(rstd, x, dt, K, eps);                                                                        \
 		gemv_swiglu_row<MM, true>(act, dto, x, wg, wu, dt, N, K,                                                   \
-		                          (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5), g, dtg, rstd);         \
+		                          (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5), g, dtg, eps);          \
 	}
 // gemv_k2_m*, gemv_k4_m*: gemv_m* with K split over 2 or 4 warps a column
 // (gemv_row_split).

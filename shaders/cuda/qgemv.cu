@@ -12,10 +12,11 @@
 // The qgemv_norm_* kernels also apply the RMSNorm that precedes the
 // products in a pre-norm block (engine.Int8NormLinear), as gemv_norm_* do
 // for 16-bit weights: with h = x rstd g (rstd = 1/sqrt(mean(x^2) + eps)
-// per row, g the norm's weight), h W^T = rstd (x (g W)^T), so each block
-// first sums the squares of its rows (warp m row m) into shared memory,
-// multiplies each 16-weight chunk by g as it is converted and scales the
-// reduced sums by rstd. h is never stored, and never rounded.
+// per row, g the norm's weight), h W^T = rstd (x (g W)^T): each warp
+// multiplies each 16-weight chunk by g as it is converted, sums the squares
+// of the x chunks its dot products load anyway, and scales its reduced sums
+// by the rstd its own reduced squares give (no pass over x, no barrier).
+// h is never stored, and never rounded.
 //
 // dequant_i8 writes dequantized rows (q s in f32, rounded to the output's
 // dtype): the tied embedding's lookup, and the whole matrix for products
@@ -72,37 +73,28 @@ __device__ __forceinline__ void ld16f(const void *x, int dt, i64 i, float *v) {
 	ld8f(x, dt, i + 8, v + 8);
 }
 
-// qgemv_rstd writes rstd[m] = 1/sqrt(mean(x_m^2) + eps) of the M rows of
-// x [M, K] (warp m sums row m; 8 warps a block; K a multiple of 16) and
-// synchronises the block; f32 sums, as the rmsnorm kernels'.
-template <int M>
-__device__ __forceinline__ void qgemv_rstd(float *rstd, const void *x, int dt, int K, float eps) {
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	if (warp < M) {
-		float ss = 0;
-#pragma unroll 4
-		for (int k = lane * 8; k < K; k += 256) {
-			float v[8];
-			ld8f(x, dt, (i64)warp * K + k, v);
-#pragma unroll
-			for (int j = 0; j < 8; j++) ss = fmaf(v[j], v[j], ss);
-		}
-		ss = warp_sum(ss);
-		if (lane == 0) rstd[warp] = 1.0f / sqrtf(ss / (float)K + eps);
-	}
-	__syncthreads();
+// qgemv_rstd is 1/sqrt(mean(x^2) + eps) of a row from its lanes' sums of
+// squares ss over K elements (f32, as the rmsnorm kernels').
+__device__ __forceinline__ float qgemv_rstd(float ss, int K, float eps) {
+	return 1.0f / sqrtf(warp_sum(ss) / (float)K + eps);
 }
 
 // qgemv_acc adds row n of x W^T to acc[0..M) in this lane's share: the
 // 16-weight chunks lane*16 + 512 j of the row (K a multiple of 16), each
 // scaled by its group's scale (G a multiple of 16, or >= K). NORM: each
 // chunk is also multiplied by the norm weight g [K] (dtype dtg, 16-byte
-// aligned); the caller scales the sums by rstd.
+// aligned); the caller scales the sums by rstd. SQ: the squares of this
+// lane's elements of each row of x are summed into ss (KS 1: every warp's
+// lanes cover K, so each warp forms rstd itself from the x it loads anyway).
 // KS > 1: KS warps share the row, the warp of part p taking the chunks
 // k0 = 512 p + 16 lane, k0 + 512 KS, ... (qgemv_row_split).
-template <int M, bool NORM, int KS = 1>
-__device__ __forceinline__ void qgemv_acc(float *acc, const void *x, int dtx, const i8 *q, const float *s, int K, int G,
-                                          int ng, int n, const void *g, int dtg, int part = 0) {
+template <int M, bool NORM, int KS = 1, bool SQ = NORM>
+__device__ __forceinline__ void qgemv_acc(float *acc, float *ss, const void *x, int dtx, const i8 *q, const float *s,
+                                          int K, int G, int ng, int n, const void *g, int dtg, int part = 0) {
+	if (SQ) {
+#pragma unroll
+		for (int m = 0; m < M; m++) ss[m] = 0.0f;
+	}
 	int lane = threadIdx.x & 31;
 	const uint4 *qr = (const uint4 *)(q + (i64)n * K);
 	const float *sr = s + (i64)n * ng;
@@ -131,28 +123,32 @@ __device__ __forceinline__ void qgemv_acc(float *acc, const void *x, int dtx, co
 				float xv[16];
 				ld16f(x, dtx, (i64)m * K + k, xv);
 				acc[m] = fmaf(sc[u], dot16(xv, wf), acc[m]);
+				if (SQ) {
+#pragma unroll
+					for (int j = 0; j < 16; j++) ss[m] = fmaf(xv[j], xv[j], ss[m]);
+				}
 			}
 		}
 	}
 }
 
 // qgemv_row computes column n of out for the M rows of x. NORM: the rows
-// are normed first (g [K] of dtype dtg, rstd from qgemv_rstd).
+// are normed first (g [K] of dtype dtg, eps the norm's).
 template <int M, bool NORM>
 __device__ __forceinline__ void qgemv_row(void *out, int dto, const void *x, int dtx, const i8 *q, const float *s, int N,
                                           int K, int G, int ng, int accumulate, int n, const void *g, int dtg,
-                                          const float *rstd) {
+                                          float eps) {
 	if (n >= N) return;
-	float acc[M];
+	float acc[M], ss[M];
 #pragma unroll
 	for (int m = 0; m < M; m++) acc[m] = 0.0f;
-	qgemv_acc<M, NORM>(acc, x, dtx, q, s, K, G, ng, n, g, dtg);
+	qgemv_acc<M, NORM>(acc, ss, x, dtx, q, s, K, G, ng, n, g, dtg);
 	int lane = threadIdx.x & 31;
 #pragma unroll
 	for (int m = 0; m < M; m++) {
 		float v = warp_sum(acc[m]);
+		if (NORM) v *= qgemv_rstd(ss[m], K, eps);
 		if (lane == 0) {
-			if (NORM) v *= rstd[m];
 			i64 o = (i64)m * N + n;
 			if (accumulate) v += ldf(out, dto, o);
 			stf(out, dto, o, v);
@@ -173,7 +169,7 @@ __device__ __forceinline__ void qgemv_row_split(void *out, int dto, const void *
 	float acc[M];
 #pragma unroll
 	for (int m = 0; m < M; m++) acc[m] = 0.0f;
-	if (n < N) qgemv_acc<M, false, KS>(acc, x, dtx, q, s, K, G, ng, n, 0, 0, p);
+	if (n < N) qgemv_acc<M, false, KS>(acc, nullptr, x, dtx, q, s, K, G, ng, n, 0, 0, p);
 	split_store<M, KS>(acc, out, dto, N, n, p, accumulate);
 }
 
@@ -194,18 +190,21 @@ extern "C" __global__ void __launch_bounds__(256) qgemv_k2_m1(void *out, int dto
 template <int M, bool NORM>
 __device__ __forceinline__ void qgemv_swiglu_row(void *act, int dto, const void *x, int dtx, const i8 *qg,
                                                  const float *sg, const i8 *qu, const float *su, int N, int K, int G,
-                                                 int ng, int n, const void *nw, int dtg, const float *rstd) {
+                                                 int ng, int n, const void *nw, int dtg, float eps) {
 	if (n >= N) return;
-	float g[M], u[M];
+	float g[M], u[M], ss[M];
 #pragma unroll
 	for (int m = 0; m < M; m++) g[m] = 0.0f, u[m] = 0.0f;
-	qgemv_acc<M, NORM>(g, x, dtx, qg, sg, K, G, ng, n, nw, dtg);
-	qgemv_acc<M, NORM>(u, x, dtx, qu, su, K, G, ng, n, nw, dtg);
+	qgemv_acc<M, NORM>(g, ss, x, dtx, qg, sg, K, G, ng, n, nw, dtg);
+	qgemv_acc<M, NORM, 1, false>(u, nullptr, x, dtx, qu, su, K, G, ng, n, nw, dtg);
 	int lane = threadIdx.x & 31;
 #pragma unroll
 	for (int m = 0; m < M; m++) {
 		float gs = warp_sum(g[m]), us = warp_sum(u[m]);
-		if (NORM) gs *= rstd[m], us *= rstd[m];
+		if (NORM) {
+			const float r = qgemv_rstd(ss[m], K, eps);
+			gs *= r, us *= r;
+		}
 		if (lane == 0) stf(act, dto, (i64)m * N + n, gs / (1.0f + expf(-gs)) * us);
 	}
 }
@@ -245,43 +244,37 @@ __device__ __forceinline__ void qgemv_swiglu_row(void *act, int dto, const void 
 	}                                                                                                                \
 	extern "C" __global__ void __launch_bounds__(256) qgemv_norm_multi_m##MM(                                        \
 	    i8_set st, int dto, const void *x, int dtx, int K, int G, int ng, const void *g, int dtg, float eps) {    \
-		__shared__ float rstd[MM];                                                                                   \
 		int i = 0;                                                                                                   \
 		while (i < 3 && (int)blockIdx.x >= st.first[i + 1]) i++;                                                     \
 		int n = ((int)blockIdx.x - st.first[i]) * 8 + (threadIdx.x >> 5);                                           \
 		pdl_trigger();                                                                                               \
 		qgemv_prefetch(st.q[i], st.s[i], n - (threadIdx.x >> 5), 8, st.n[i], K, ng);                                 \
 		pdl_wait();                                                                                                  \
-		qgemv_rstd<MM>(rstd, x, dtx, K, eps);                                                                        \
-		qgemv_row<MM, true>(st.out[i], dto, x, dtx, st.q[i], st.s[i], st.n[i], K, G, ng, 0, n, g, dtg, rstd);        \
+		qgemv_row<MM, true>(st.out[i], dto, x, dtx, st.q[i], st.s[i], st.n[i], K, G, ng, 0, n, g, dtg, eps);         \
 	}                                                                                                                \
 	extern "C" __global__ void __launch_bounds__(256, 3) qgemv_norm_prep_m##MM(                                      \
 	    i8_set st, int dto, const void *x, int dtx, int K, int G, int ng, const void *g, int dtg, float eps,       \
 	    const __grid_constant__ dp_set ps, const __grid_constant__ dp_freq fr, const int *pos, const int *starts,  \
 	    int B, int L, int D, int Cap, int per_seq, float heps, int lpr, int *err, int *cnt) {                      \
-		__shared__ float rstd[MM];                                                                                   \
 		int i = 0;                                                                                                   \
 		while (i < 3 && (int)blockIdx.x >= st.first[i + 1]) i++;                                                     \
 		const int n0 = ((int)blockIdx.x - st.first[i]) * 8;                                                         \
 		pdl_trigger();                                                                                               \
 		qgemv_prefetch(st.q[i], st.s[i], n0, 8, st.n[i], K, ng);                                                     \
 		pdl_wait();                                                                                                  \
-		qgemv_rstd<MM>(rstd, x, dtx, K, eps);                                                                        \
 		qgemv_row<MM, true>(st.out[i], dto, x, dtx, st.q[i], st.s[i], st.n[i], K, G, ng, 0, n0 + (threadIdx.x >> 5), \
-		                    g, dtg, rstd);                                                                           \
+		                    g, dtg, eps);                                                                            \
 		gemv_prep_tail<MM>(i, n0, ps, fr, pos, starts, L, D, Cap, per_seq, heps, lpr, err, cnt);                     \
 	}                                                                                                                \
 	extern "C" __global__ void __launch_bounds__(256) qgemv_norm_swiglu_m##MM(                                       \
 	    void *act, int dto, const void *x, int dtx, const i8 *qg, const float *sg, const i8 *qu, const float *su,    \
 	    int N, int K, int G, int ng, const void *g, int dtg, float eps) {                                            \
-		__shared__ float rstd[MM];                                                                                   \
 		pdl_trigger();                                                                                               \
 		qgemv_prefetch(qg, sg, blockIdx.x * 8, 8, N, K, ng);                                                         \
 		qgemv_prefetch(qu, su, blockIdx.x * 8, 8, N, K, ng);                                                         \
 		pdl_wait();                                                                                                  \
-		qgemv_rstd<MM>(rstd, x, dtx, K, eps);                                                                        \
 		qgemv_swiglu_row<MM, true>(act, dto, x, dtx, qg, sg, qu, su, N, K, G, ng,                                    \
-		                           (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5), g, dtg, rstd);          \
+		                           (int)((blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5), g, dtg, eps);           \
 	}
 QGEMV(1)
 QGEMV(2)

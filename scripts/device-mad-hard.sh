@@ -12,9 +12,11 @@
 # (PARALLAX_CUDA_SIMT_SMALL=1) only if that passes.
 #
 # Settings (environment):
-#   OUT=/tmp/mad-out DEADLINE=540 MAD_TGZ= PAR=3
-#   JOBS="in-context-recall:1 noisy-in-context-recall:1 fuzzy-in-context-recall:1 ... :2"
-#     (task:seed pairs, run in order until the deadline)
+#   OUT=/tmp/mad-out DEADLINE=540 MAD_TGZ= PAR=4
+#   JOBS="in-context-recall,noisy-in-context-recall:1 fuzzy-in-context-recall:1 ... :2"
+#     (tasks:seed pairs, run in order until the deadline; several tasks in
+#     one job share its --parallel runs, which keeps a GPU busy when each
+#     task has only its long settings left)
 #   MAX_SEQ_LEN=0 (0: every hard setting; 256 leaves out seq_len 1024)
 #
 # A CPU rehearsal (a minute; DEVICE=cpu skips the certification):
@@ -26,9 +28,9 @@ OUT=${OUT:-/tmp/mad-out}
 BIN=${PARALLAX_BIN:-$PWD/bin/parallax}
 DEVICE=${DEVICE:-cuda:0}
 DEADLINE=${DEADLINE:-540}
-PAR=${PAR:-3}
+PAR=${PAR:-4}
 MAX_SEQ_LEN=${MAX_SEQ_LEN:-0}
-JOBS=${JOBS:-in-context-recall:1 noisy-in-context-recall:1 fuzzy-in-context-recall:1 in-context-recall:2 noisy-in-context-recall:2 fuzzy-in-context-recall:2}
+JOBS=${JOBS:-in-context-recall,noisy-in-context-recall:1 fuzzy-in-context-recall:1 in-context-recall,noisy-in-context-recall:2 fuzzy-in-context-recall:2}
 WORK=${WORK:-/tmp/mad-work}
 mkdir -p "$OUT" "$WORK"
 export PARALLAX_REQUIRE_CUDA=${PARALLAX_REQUIRE_CUDA:-1} PARALLAX_CUDA_CACHE=${PARALLAX_CUDA_CACHE:-/tmp/parallax-cuda-cache}

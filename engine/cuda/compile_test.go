@@ -66,3 +66,58 @@ func TestCompileKernels(t *testing.T) {
 		}
 	}
 }
+
+// TestPDLKernelsWait compiles the modules written for programmatic
+// dependent launch to PTX for compute_90 and checks that every kernel
+// pdlKernel launches with PDL runs griddepcontrol.wait: one that did not
+// could read another kernel's output before it is written. Needs NVRTC,
+// as TestCompileKernels.
+func TestPDLKernelsWait(t *testing.T) {
+	if err := loadNVRTC(libDirs()); err != nil {
+		if os.Getenv("PARALLAX_REQUIRE_NVRTC") == "1" {
+			t.Fatalf("PARALLAX_REQUIRE_NVRTC=1 but no NVRTC: %v", err)
+		}
+		t.Skipf("no NVRTC: %v", err)
+	}
+	if !slices.Contains(nvrtcArchs(), 90) {
+		t.Skip("NVRTC cannot target compute_90")
+	}
+	src, err := readSources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mod := range pdlModules {
+		ptx, _, err := compile(mod, src.modules[mod], src.headers, compileOptions("compute_90"))
+		if err != nil {
+			t.Fatalf("%s: %v", mod, err)
+		}
+		entries := ptxEntries(string(ptx))
+		n := 0
+		for name, body := range entries {
+			if !pdlKernel(mod, name) {
+				continue
+			}
+			n++
+			if !strings.Contains(body, "griddepcontrol.wait") {
+				t.Errorf("%s: kernel %s is launched with PDL but never waits (no griddepcontrol.wait)", mod, name)
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s: no kernel of %d is launched with PDL", mod, len(entries))
+		}
+	}
+}
+
+// ptxEntries splits PTX text into its kernels: name -> the text from its
+// .entry directive to the next one.
+func ptxEntries(ptx string) map[string]string {
+	out := map[string]string{}
+	parts := strings.Split(ptx, ".entry ")
+	for _, p := range parts[1:] {
+		name, _, ok := strings.Cut(p, "(")
+		if ok {
+			out[strings.TrimSpace(name)] = p
+		}
+	}
+	return out
+}

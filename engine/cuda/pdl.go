@@ -5,7 +5,10 @@ package cuda
 // #include "shim.h"
 import "C"
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Programmatic dependent launch (PDL). A decode step is some 170 kernels of
 // a few microseconds each, and between two kernels of a stream (or of a
@@ -32,14 +35,19 @@ import "strings"
 // waits with pdl_wait before reading or writing what other kernels
 // produce).
 func pdlKernel(module, name string) bool {
-	switch module {
-	case "gemv", decodePrepModule, qmod, qgemmMod:
-		return true
-	case mmaMod:
+	switch {
+	case module == mmaMod:
 		return strings.HasPrefix(name, "attn_dec_mma_")
+	case slices.Contains(pdlModules, module):
+		return true
 	}
 	return false
 }
+
+// pdlModules are the modules with kernels written for PDL: every kernel of
+// each, but of mmaMod only the decode kernels (TestPDLKernelsWait checks
+// each such kernel's PTX for the wait).
+var pdlModules = []string{"gemv", decodePrepModule, qmod, qgemmMod, mmaMod}
 
 // pdl reports whether kernels written for PDL are launched with it.
 func (d *Device) pdl() bool {

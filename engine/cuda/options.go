@@ -184,9 +184,14 @@ func (o Options) kernels(wgmma, tma bool) map[string]string {
 	if o.SmallHeads {
 		simt += " (lane-per-key at D <= 16)"
 	}
+	prep := "norm-folded q/k/v/r products (rows <= 8), then decode_prep"
+	if o.FusedPrep {
+		prep = "norm-folded q/k/v/r products with decode_prep in the same launch (rows <= 8)"
+	}
 	return map[string]string{
 		"attention forward":  fwd + simt,
 		"attention backward": bwd + simt,
+		"decode inputs":      prep,
 		"decode":             fmt.Sprintf("mma.sync split-KV with fused combine (bf16, G*Lq rows in tiles of 8, up to %d tiles), splits of >= %d keys; SIMT otherwise", maxDecodeTiles, keys),
 	}
 }

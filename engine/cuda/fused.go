@@ -18,8 +18,10 @@ import (
 const decodePrepModule = "decode_prep"
 
 var (
-	_ engine.NormLinear     = (*Device)(nil)
-	_ engine.DecodePreparer = (*Device)(nil)
+	_ engine.NormLinear             = (*Device)(nil)
+	_ engine.DecodePreparer         = (*Device)(nil)
+	_ engine.NormLinearPreparer     = (*Device)(nil)
+	_ engine.Int8NormLinearPreparer = (*Device)(nil)
 )
 
 // NormLinearMulti runs up to four decode products of RMSNorm(x) in one

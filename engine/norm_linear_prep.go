@@ -46,19 +46,33 @@ func CheckNormLinearDecodePrep(outs, ws []*Tensor, a DecodePrepArgs) error {
 // those of the two ops: the fused kernel rounds the raw projections to
 // their dtype before norming them, as the composition does.
 func NormLinearDecodePrep(dev Device, outs, ws []*Tensor, x, normW *Tensor, eps float32, scratch *Tensor, a DecodePrepArgs) error {
-	const op = "norm linear decode prep"
-	if err := CheckNormLinearDecodePrep(outs, ws, a); err != nil {
+	return normLinearPrep("norm linear decode prep", dev, outs, ws, a,
+		func() (bool, error) {
+			p, ok := dev.(NormLinearPreparer)
+			if !ok {
+				return false, nil
+			}
+			return p.NormLinearDecodePrep(outs, ws, x, normW, eps, a)
+		},
+		func() error { return NormLinearMulti(dev, outs, ws, x, normW, eps, scratch) })
+}
+
+// normLinearPrep validates a NormLinearDecodePrep (qs: the weights' value
+// tensors), then runs fused (the device's one launch, which reports
+// whether it ran) or else products and DecodePrep.
+func normLinearPrep(op string, dev Device, outs, qs []*Tensor, a DecodePrepArgs, fused func() (bool, error), products func() error) error {
+	if err := CheckNormLinearDecodePrep(outs, qs, a); err != nil {
 		return err
 	}
 	if _, err := CheckDecodePrep(nil, a); err != nil {
 		return err
 	}
-	if p, ok := dev.(NormLinearPreparer); ok && !a.KeepKV {
-		if done, err := p.NormLinearDecodePrep(outs, ws, x, normW, eps, a); done || err != nil {
+	if !a.KeepKV {
+		if done, err := fused(); done || err != nil {
 			return err
 		}
 	}
-	if err := NormLinearMulti(dev, outs, ws, x, normW, eps, scratch); err != nil {
+	if err := products(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	return DecodePrep(dev, a)
@@ -79,24 +93,17 @@ type Int8NormLinearPreparer interface {
 // floating weights: in one launch on an Int8NormLinearPreparer device that
 // takes the operands, else as the two ops.
 func NormLinearDecodePrepInt8(dev Device, outs []*Tensor, ws []Int8Weight, x, normW *Tensor, eps float32, scratch *Tensor, a DecodePrepArgs) error {
-	const op = "norm linear decode prep int8"
 	qs := make([]*Tensor, len(ws))
 	for i, w := range ws {
 		qs[i] = w.Q
 	}
-	if err := CheckNormLinearDecodePrep(outs, qs, a); err != nil {
-		return err
-	}
-	if _, err := CheckDecodePrep(nil, a); err != nil {
-		return err
-	}
-	if p, ok := dev.(Int8NormLinearPreparer); ok && !a.KeepKV {
-		if done, err := p.NormLinearDecodePrepInt8(outs, ws, x, normW, eps, a); done || err != nil {
-			return err
-		}
-	}
-	if err := NormLinearMultiInt8(dev, outs, ws, x, normW, eps, scratch); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	return DecodePrep(dev, a)
+	return normLinearPrep("norm linear decode prep int8", dev, outs, qs, a,
+		func() (bool, error) {
+			p, ok := dev.(Int8NormLinearPreparer)
+			if !ok {
+				return false, nil
+			}
+			return p.NormLinearDecodePrepInt8(outs, ws, x, normW, eps, a)
+		},
+		func() error { return NormLinearMultiInt8(dev, outs, ws, x, normW, eps, scratch) })
 }

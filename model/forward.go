@@ -270,12 +270,11 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 			pa.R, pa.RNorm, pa.ROut = la.r, blk.RNorm.W, la.rh
 		}
 	}
-	switch {
-	case fused && !c.ProbeGate: // (the probe gate reads h itself)
+	if fused && !c.ProbeGate { // (the probe gate reads h itself)
 		// The products and the preparation: one op, one launch where the
 		// device fuses them.
 		r.normLinearDecodePrep(outs, ws, x, blk.InputNorm.W, eps, la.ln1, pa)
-	default:
+	} else {
 		r.rmsnorm(la.ln1, la.ln1Rstd, x, blk.InputNorm.W, eps)
 		r.linearMulti(outs, ws, la.ln1)
 		if fused || prefillPrep {

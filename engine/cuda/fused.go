@@ -177,9 +177,6 @@ func (d *Device) NormLinearDecodePrep(outs, ws []*engine.Tensor, x, normW *engin
 	if !d.opts.FusedPrep || a.KeepKV {
 		return false, nil
 	}
-	if err := engine.CheckNormLinearDecodePrep(outs, ws, a); err != nil {
-		return true, err
-	}
 	set, rows, k, blocks, err := d.normGemvSet(op, outs, ws, x, normW)
 	if rows == 0 || err != nil {
 		return err != nil, err
@@ -201,11 +198,17 @@ func (d *Device) NormLinearDecodePrep(outs, ws []*engine.Tensor, x, normW *engin
 
 // fuses reports whether a gemv_norm_prep or qgemv_norm_prep launch takes
 // these products of rows rows (8 output columns a block) with p: the
-// outputs are the projections p reads, each a whole number of heads of
-// D a multiple of 8, one row of the product per (b, l), and the heads fit
-// the counters.
+// outputs are exactly the projections p reads, in order, each a whole
+// number of heads of D a multiple of 8, one row of the product per (b, l),
+// and the heads fit the counters.
 func (p *decodePrep) fuses(outs []*engine.Tensor, a engine.DecodePrepArgs, rows int) bool {
-	proj := []*engine.Tensor{a.Q, a.K, a.V, a.R}
+	proj := []*engine.Tensor{a.Q, a.K, a.V}
+	if a.R != nil {
+		proj = append(proj, a.R)
+	}
+	if len(outs) != len(proj) {
+		return false
+	}
 	heads := 0
 	for i, o := range outs {
 		if ptr(o) != ptr(proj[i]) || o.Dim(-1)%p.dd.D != 0 {

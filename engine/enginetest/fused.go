@@ -236,19 +236,10 @@ func decodePrepCases(o Options, dt engine.DType) []Case {
 	return cs
 }
 
-// positions draws a case's positions (pi, and as values pf of shape
-// pshape: [L], or [B, L] per sequence) and cache starts (st, sf [B]).
+// positions draws a case's positions (normRoPECase.positions: pi, and as
+// values pf of shape pshape) and cache starts (st, sf [B]).
 func (s decodePrepCase) positions(rng *rand.Rand) (pi []int, pf []float64, pshape []int, st []int, sf []float64) {
-	np := s.l
-	pshape = []int{s.l}
-	if s.perSeq {
-		np, pshape = s.b*s.l, []int{s.b, s.l}
-	}
-	pi, pf = make([]int, np), make([]float64, np)
-	for i := range pi {
-		pi[i] = rng.IntN(normRoPEMaxPos)
-		pf[i] = float64(pi[i])
-	}
+	pf, pi, pshape = normRoPECase{b: s.b, l: s.l, perSeq: s.perSeq}.positions(rng)
 	st, sf = make([]int, s.b), make([]float64, s.b)
 	for i := range st {
 		st[i] = rng.IntN(s.cap - s.l + 1)

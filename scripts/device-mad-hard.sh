@@ -18,6 +18,10 @@
 #     one job share its --parallel runs, which keeps a GPU busy when each
 #     task has only its long settings left)
 #   MAX_SEQ_LEN=0 (0: every hard setting; 256 leaves out seq_len 1024)
+#   CONCURRENT= (set: every job at once, PAR runs each, all into the one
+#     folder: runs are saved per run and seed, so they do not collide;
+#     each invocation's results.* then covers what its folder held when
+#     it ended, and a --device cpu pass over the folder prints the whole)
 #
 # A CPU rehearsal (a minute; DEVICE=cpu skips the certification):
 #
@@ -53,18 +57,25 @@ if [[ $DEVICE == cuda* ]]; then
 	fi
 fi
 cd "$WORK" || exit 1
-for job in $JOBS; do
-	task=${job%%:*} seed=${job##*:}
-	budget=$(($(left) - 20))
-	((budget < 30)) && break
-	echo "== $task seed $seed (${budget}s left)"
+run_job() { # $1 task(s), $2 seed, $3 the seconds it may take
+	echo "== $1 seed $2 (${3}s left)"
 	# SIGTERM at the deadline: the run in flight saves nothing more, but
 	# keeps the save of its last finished epoch.
-	timeout "$budget" "$BIN" mad --quick --settings hard --max-seq-len "$MAX_SEQ_LEN" --tasks "$task" \
-		--mixers softmax,parallax --optimizer muon --lrs 1e-3 --max-steps 1000 --device "$DEVICE" --seed "$seed" \
-		--out mad-hard --parallel "$PAR" ${EXTRA:-} >"$OUT/mad-$task-$seed.log" 2>&1
-	echo "exit $?; $(grep -c ' done ' "$OUT/mad-$task-$seed.log") runs finished"
-	grep -E " done |resuming" "$OUT/mad-$task-$seed.log" | tail -6
+	timeout "$3" "$BIN" mad --quick --settings hard --max-seq-len "$MAX_SEQ_LEN" --tasks "$1" \
+		--mixers softmax,parallax --optimizer muon --lrs 1e-3 --max-steps 1000 --device "$DEVICE" --seed "$2" \
+		--out mad-hard --parallel "$PAR" ${EXTRA:-} >"$OUT/mad-$1-$2.log" 2>&1
+	echo "$1 seed $2: exit $?; $(grep -c ' done ' "$OUT/mad-$1-$2.log") runs finished"
+	grep -E " done |resuming" "$OUT/mad-$1-$2.log" | tail -6
+}
+for job in $JOBS; do
+	budget=$(($(left) - 20))
+	((budget < 30)) && break
+	if [[ -n ${CONCURRENT:-} ]]; then
+		run_job "${job%%:*}" "${job##*:}" "$budget" &
+	else
+		run_job "${job%%:*}" "${job##*:}" "$budget"
+	fi
 done
+wait
 tar -czf "$OUT/mad-hard.tgz" mad-hard
 echo "packed $OUT/mad-hard.tgz ($(ls mad-hard/runs | wc -l) finished runs, $(ls mad-hard/partial 2>/dev/null | wc -l) partial) after $(($(date +%s) - t0)) s"

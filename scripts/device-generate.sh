@@ -12,7 +12,8 @@
 # environment variables, e.g. VARIANTS="prep:PARALLAX_CUDA_FUSED_PREP=1";
 # REPEAT=N runs each CUDA row (and its variants) N times, alternating;
 # INT8=1 adds the rows with --weights int8, NO_PREFILL=1 leaves out the
-# 2048-token prefill row.
+# 2048-token prefill row; BATCHES="1 8 32" and PEER_BATCHES="1 32" pick
+# the rows.
 # Logs and JSON go to $OUT (default /tmp/gen-out).
 set -uo pipefail
 OUT=${OUT:-/tmp/gen-out}
@@ -49,8 +50,8 @@ PY
 }
 
 if [[ $steps == *peer* ]]; then
-	echo "== HF transformers generate (batch 1 and 32, $NEW new tokens)"
-	for b in 1 32; do
+	echo "== HF transformers generate (batch ${PEER_BATCHES:-1 32}, $NEW new tokens)"
+	for b in ${PEER_BATCHES:-1 32}; do
 		timeout 300 python3 "$PEER" time "$DIR" --new "$NEW" --batch $b 2>>"$OUT/peer.log" | tee -a "$OUT/peer.jsonl"
 	done
 	echo "$(($(date +%s) - t0)) s so far"

@@ -342,13 +342,31 @@ func (d *Device) Attention(a engine.AttentionArgs) error {
 // of its lane-per-key kernels.
 const simtSmallD = 16
 
-// simtKernel is the SIMT attention kernel name for head dimension D: the
-// lane-per-key "_small" form up to simtSmallD under Options.SmallHeads.
-func (d *Device) simtKernel(name string, D int) string {
-	if d.opts.SmallHeads && D <= simtSmallD {
-		return name + "_small"
+// simtKernel is the SIMT attention kernel name for head dimension D
+// (simtForm), rows the tensors the kernel streams row by row (nil: an
+// absent operand).
+func (d *Device) simtKernel(name string, D int, rows ...*engine.Tensor) string {
+	v4 := true
+	for _, t := range rows {
+		if t != nil && (t.DType() != engine.F32 || ptr(t)%16 != 0) {
+			v4 = false
+		}
 	}
-	return name
+	return name + simtForm(d.opts.SmallHeads, D, v4)
+}
+
+// simtForm is the suffix of a SIMT attention kernel: the lane-per-key
+// "_small" form up to simtSmallD under Options.SmallHeads, and of it the
+// "_small_v4" form (16-byte loads of each row, the same arithmetic) where
+// D % 4 == 0 and the streamed rows are F32 and 16-byte aligned (f32rows).
+func simtForm(small bool, D int, f32rows bool) string {
+	switch {
+	case !small || D > simtSmallD:
+		return ""
+	case D%4 == 0 && f32rows:
+		return "_small_v4"
+	}
+	return "_small"
 }
 
 func dtOr(t *engine.Tensor) int {
@@ -360,7 +378,7 @@ func dtOr(t *engine.Tensor) int {
 
 func (d *Device) attnSIMT(q, r, k, v, o, vbar, lse, tbar *engine.Tensor, B, Hq, Hkv, Lq, Lk, D int, scale float32,
 	causal bool, window int, lens *engine.Tensor) error {
-	return d.launch(simtMod, d.simtKernel("attn_fwd_simt", D), warpRows(B*Hq*Lq), threads128, 4*2*D*4,
+	return d.launch(simtMod, d.simtKernel("attn_fwd_simt", D, k, v), warpRows(B*Hq*Lq), threads128, 4*2*D*4,
 		newArgs().p(ptr(q)).p(ptr(r)).p(ptr(k)).p(ptr(v)).p(ptr(o)).p(ptr(vbar)).p(ptr(lse)).p(ptr(tbar)).
 			i(dt(q)).i(dtOr(r)).i(dt(k)).i(dt(v)).i(dt(o)).i(dtOr(vbar)).
 			i(B).i(Hq).i(Hkv).i(Lq).i(Lk).i(D).f(scale).i(b2i(causal)).i(window).p(ptr(lens)).p(d.errBuf.ptr))
@@ -480,11 +498,11 @@ func (d *Device) AttentionBackward(a engine.AttentionBackwardArgs) error {
 		return x.i(dt(a.Q)).i(dtOr(a.R)).i(dt(a.K)).i(dt(a.V)).i(dt(a.DO)).i(dt(o1)).i(dtOr(o2)).i(B).i(Hq).i(Hkv).i(Lq).i(Lk).i(D).
 			f(dims.Scale).i(b2i(dims.Causal)).i(dims.Window)
 	}
-	if err := d.launch(simtMod, d.simtKernel("attn_dq_simt", D), warpRows(rows), threads128, 4*3*D*4,
+	if err := d.launch(simtMod, d.simtKernel("attn_dq_simt", D, a.K, a.V), warpRows(rows), threads128, 4*3*D*4,
 		dts(in().p(ptr(a.DQ)).p(ptr(a.DR)), a.DQ, a.DR)); err != nil {
 		return err
 	}
-	return d.launch(simtMod, d.simtKernel("attn_dkv_simt", D), warpRows(B*Hkv*Lk), threads128, 4*2*D*4,
+	return d.launch(simtMod, d.simtKernel("attn_dkv_simt", D, a.Q, a.R, a.DO), warpRows(B*Hkv*Lk), threads128, 4*2*D*4,
 		dts(in().p(ptr(a.DK)).p(ptr(a.DV)), a.DK, a.DV))
 }
 

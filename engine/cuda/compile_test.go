@@ -14,7 +14,8 @@ import (
 // architectures the library supports among sm_80 and sm_90(a). It needs
 // NVRTC but no GPU, and skips where NVRTC is missing.
 // PARALLAX_CUDA_PTXAS passes options to ptxas (-v: register counts);
-// PARALLAX_CUDA_DUMP names a folder to write the images to.
+// PARALLAX_CUDA_DUMP names a folder to write the images to;
+// PARALLAX_CUDA_COMPILE_ONLY=a,b compiles only modules a.cu and b.cu.
 // PARALLAX_REQUIRE_NVRTC=1 (make test, where .ci/setup.sh fetched NVRTC 12)
 // turns a missing NVRTC, or one without sm_90a, into a failure.
 func TestCompileKernels(t *testing.T) {
@@ -43,8 +44,12 @@ func TestCompileKernels(t *testing.T) {
 	if len(targets) == 0 {
 		t.Skipf("NVRTC supports none of sm_80, sm_90 (has %v)", archs)
 	}
+	only := strings.FieldsFunc(os.Getenv("PARALLAX_CUDA_COMPILE_ONLY"), func(r rune) bool { return r == ',' })
 	for _, arch := range targets {
 		for name := range src.modules {
+			if len(only) > 0 && !slices.Contains(only, name) {
+				continue
+			}
 			opts := compileOptions(arch)
 			if v := os.Getenv("PARALLAX_CUDA_PTXAS"); v != "" {
 				opts = append(opts, "--ptxas-options="+v)

@@ -182,7 +182,7 @@ func (o Options) kernels(wgmma, tma bool) map[string]string {
 	}
 	simt := "; SIMT otherwise"
 	if o.SmallHeads {
-		simt += " (lane-per-key at D <= 16)"
+		simt += " (lane-per-key at D <= 16, 16-byte row loads for f32 at D % 4 == 0)"
 	}
 	prep := "norm-folded q/k/v/r products (rows <= 8), then decode_prep"
 	if o.FusedPrep {

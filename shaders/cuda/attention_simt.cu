@@ -21,11 +21,28 @@
 // warp adds them once per row at the end (simt_reduce).
 #define SMALLD 16
 
-// SIMT_PAIR defines kernel NAME and NAME_small from BODY<false> and
-// BODY<true>.
+// SIMT_PAIR defines kernel NAME, NAME_small and NAME_small_v4 from
+// BODY<false>, BODY<true> and BODY<true, true>.
 #define SIMT_PAIR(NAME, BODY, PARAMS, ARGS)                                                                        \
 	extern "C" __global__ void NAME PARAMS { BODY<false> ARGS; }                                                \
-	extern "C" __global__ void NAME##_small PARAMS { BODY<true> ARGS; }
+	extern "C" __global__ void NAME##_small PARAMS { BODY<true> ARGS; }                                         \
+	extern "C" __global__ void NAME##_small_v4 PARAMS { BODY<true, true> ARGS; }
+
+// ld4 loads elements i .. i+n-1 (n <= 4) of a row into e, zeros past n.
+// V4 (the _small_v4 kernels: the host takes them where the rows it loads
+// are f32, 16-byte aligned and D % 4 == 0, so i % 4 == 0 and n == 4) is
+// one 16-byte load; otherwise ldf per element. The sums that use e are
+// the same either way, so both forms give the same bits.
+template <bool V4>
+__device__ __forceinline__ void ld4(float e[4], const void *p, int dt, i64 i, int n) {
+	if constexpr (V4) {
+		float4 t = *(const float4 *)((const float *)p + i);
+		e[0] = t.x, e[1] = t.y, e[2] = t.z, e[3] = t.w;
+	} else {
+#pragma unroll
+		for (int c = 0; c < 4; c++) e[c] = c < n ? ldf(p, dt, i + c) : 0.0f;
+	}
+}
 
 // simt_reduce sums each of the D lane partials v over the warp and returns
 // the sum of element lane (0 for lanes >= D).
@@ -88,7 +105,7 @@ __device__ __forceinline__ void simt_fwd_stats(float *lse, float *tbar, i64 row,
 // attn_fwd_simt: one warp per query row; 32 keys at a time, one per lane
 // (q and r staged in shared memory), then the chunk's p and p t are
 // broadcast to accumulate o1 = sum p v and o2 = sum p t v, lanes over D.
-template <bool SMALL>
+template <bool SMALL, bool V4 = false>
 __device__ __forceinline__ void attn_fwd_body(const void *q, const void *r, const void *k, const void *v, void *o,
                                               void *vbar, float *lse, float *tbar, int dtq, int dtr, int dtk, int dtv,
                                               int dto, int dtvb, int B, int Hq, int Hkv, int Lq, int Lk, int D,
@@ -134,12 +151,20 @@ __device__ __forceinline__ void attn_fwd_body(const void *q, const void *r, cons
 				float a = 0, c = 0;
 				const i64 kr = kv + (i64)j * D;
 #pragma unroll
-				for (int x = 0; x < SMALLD; x++) {
-					if (x < D) {
-						float kx = ldf(k, dtk, kr + x);
-						a += sq[x] * kx;
-						if (r) c += sr[x] * kx; // softmax: no 0 * inf
-						vr[x] = ldf(v, dtv, kr + x);
+				for (int x0 = 0; x0 < SMALLD; x0 += 4) {
+					if (x0 < D) {
+						float kx[4], vx[4];
+						ld4<V4>(kx, k, dtk, kr + x0, D - x0);
+						ld4<V4>(vx, v, dtv, kr + x0, D - x0);
+#pragma unroll
+						for (int c4 = 0; c4 < 4; c4++) {
+							int x = x0 + c4;
+							if (x < D) {
+								a += sq[x] * kx[c4];
+								if (r) c += sr[x] * kx[c4]; // softmax: no 0 * inf
+								vr[x] = vx[c4];
+							}
+						}
 					}
 				}
 				s = a * scale;
@@ -303,7 +328,7 @@ __device__ __forceinline__ void simt_dscore(bool px, float p, float a, float t, 
 }
 
 // attn_dq_simt: dq = scale sum dS k and dr = sum dT k, one warp per row.
-template <bool SMALL>
+template <bool SMALL, bool V4 = false>
 __device__ __forceinline__ void attn_dq_body(const void *q, const void *r, const void *k, const void *v, const void *g,
                                              const float *lse, const float *T, const float *Bv, const float *tbar,
                                              void *dq, void *dr, int dtq, int dtr, int dtk, int dtv, int dtg, int dtdq,
@@ -338,14 +363,22 @@ __device__ __forceinline__ void attn_dq_body(const void *q, const void *r, const
 			float kr[SMALLD], s = 0, t = 0, a = 0;
 			const i64 kb = kv + (i64)j * D;
 #pragma unroll
-			for (int x = 0; x < SMALLD; x++) {
-				kr[x] = 0;
-				if (x < D) {
-					float vx = ldf(v, dtv, kb + x);
-					kr[x] = ldf(k, dtk, kb + x);
-					s += sq[x] * kr[x];
-					t += sr[x] * kr[x];
-					a += sg[x] * vx;
+			for (int x0 = 0; x0 < SMALLD; x0 += 4) {
+				float vx[4] = {0, 0, 0, 0};
+				if (x0 < D) {
+					ld4<V4>(kr + x0, k, dtk, kb + x0, D - x0);
+					ld4<V4>(vx, v, dtv, kb + x0, D - x0);
+				} else {
+					kr[x0] = kr[x0 + 1] = kr[x0 + 2] = kr[x0 + 3] = 0;
+				}
+#pragma unroll
+				for (int c4 = 0; c4 < 4; c4++) {
+					int x = x0 + c4;
+					if (x < D) {
+						s += sq[x] * kr[x];
+						t += sr[x] * kr[x];
+						a += sg[x] * vx[c4];
+					}
 				}
 			}
 			float ds, dt, pe;
@@ -414,7 +447,7 @@ SIMT_PAIR(attn_dq_simt, attn_dq_body,
 
 // attn_dkv_simt: dk = sum (scale dS q + dT r), dv = sum p (1 + tbar - t) g
 // over the rows of all G heads that see the key; one warp per key.
-template <bool SMALL>
+template <bool SMALL, bool V4 = false>
 __device__ __forceinline__ void attn_dkv_body(const void *q, const void *r, const void *k, const void *v, const void *g,
                                               const float *lse, const float *T, const float *Bv, const float *tbar,
                                               void *dk, void *dv, int dtq, int dtr, int dtk, int dtv, int dtg, int dtdk,
@@ -454,11 +487,21 @@ __device__ __forceinline__ void attn_dkv_body(const void *q, const void *r, cons
 				i64 row = rbase + i;
 				float s = 0, t = 0, a = 0;
 #pragma unroll
-				for (int x = 0; x < SMALLD; x++) {
-					if (x < D) {
-						s += ldf(q, dtq, row * D + x) * sk[x];
-						if (r) t += ldf(r, dtr, row * D + x) * sk[x];
-						a += ldf(g, dtg, row * D + x) * sv[x];
+				for (int x0 = 0; x0 < SMALLD; x0 += 4) {
+					if (x0 < D) {
+						float qx[4], rx[4] = {0, 0, 0, 0}, gx[4];
+						ld4<V4>(qx, q, dtq, row * D + x0, D - x0);
+						if (r) ld4<V4>(rx, r, dtr, row * D + x0, D - x0);
+						ld4<V4>(gx, g, dtg, row * D + x0, D - x0);
+#pragma unroll
+						for (int c4 = 0; c4 < 4; c4++) {
+							int x = x0 + c4;
+							if (x < D) {
+								s += qx[c4] * sk[x];
+								if (r) t += rx[c4] * sk[x];
+								a += gx[c4] * sv[x];
+							}
+						}
 					}
 				}
 				float ds, dt, pe;
@@ -466,12 +509,22 @@ __device__ __forceinline__ void attn_dkv_body(const void *q, const void *r, cons
 				            pe);
 				ds *= scale;
 #pragma unroll
-				for (int x = 0; x < SMALLD; x++) {
-					if (x < D) {
-						float kk = ds * ldf(q, dtq, row * D + x);
-						if (r) kk += dt * ldf(r, dtr, row * D + x);
-						k1[x] += kk;
-						v1[x] += pe * ldf(g, dtg, row * D + x);
+				for (int x0 = 0; x0 < SMALLD; x0 += 4) {
+					if (x0 < D) {
+						float qx[4], rx[4] = {0, 0, 0, 0}, gx[4];
+						ld4<V4>(qx, q, dtq, row * D + x0, D - x0);
+						if (r) ld4<V4>(rx, r, dtr, row * D + x0, D - x0);
+						ld4<V4>(gx, g, dtg, row * D + x0, D - x0);
+#pragma unroll
+						for (int c4 = 0; c4 < 4; c4++) {
+							int x = x0 + c4;
+							if (x < D) {
+								float kk = ds * qx[c4];
+								if (r) kk += dt * rx[c4];
+								k1[x] += kk;
+								v1[x] += pe * gx[c4];
+							}
+						}
 					}
 				}
 			}

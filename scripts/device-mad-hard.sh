@@ -9,7 +9,8 @@
 #
 # First it certifies the lane-per-key SIMT attention kernels (D <= 16, the
 # MAD model's heads) with the conformance suite, and runs MAD through them
-# (PARALLAX_CUDA_SIMT_SMALL=1) only if that passes.
+# (PARALLAX_CUDA_SIMT_SMALL=1) only if that passes: their 16-byte-load
+# forms if those pass, else the element-load forms (PARALLAX_CUDA_SIMT_V4=0).
 #
 # Settings (environment):
 #   OUT=/tmp/mad-out DEADLINE=540 MAD_TGZ= PAR=4
@@ -45,16 +46,20 @@ if [[ -n ${MAD_TGZ:-} ]]; then
 	tar -xzf "$MAD_TGZ" -C "$WORK" || exit 1
 fi
 if [[ $DEVICE == cuda* ]]; then
-	PARALLAX_CUDA_SIMT_SMALL=1 timeout 200 "$BIN" conformance --device "$DEVICE" --dtype f32,bf16 --run attention \
-		>"$OUT/conformance.txt" 2>&1
-	rc=$?
-	echo "conformance (lane-per-key SIMT kernels): exit $rc, $(tail -1 "$OUT/conformance.txt")"
-	if [[ $rc == 0 ]]; then
-		export PARALLAX_CUDA_SIMT_SMALL=1
-	else
-		grep -v " pass$" "$OUT/conformance.txt" | tail -8
-		echo "running MAD on the broadcast SIMT kernels"
-	fi
+	# The 16-byte-load forms first, then the element-load forms
+	# (PARALLAX_CUDA_SIMT_V4=0), else the broadcast kernels.
+	for v4 in 1 0; do
+		PARALLAX_CUDA_SIMT_SMALL=1 PARALLAX_CUDA_SIMT_V4=$v4 timeout 300 "$BIN" conformance --device "$DEVICE" --dtype f32,bf16 \
+			--run attention >"$OUT/conformance-v4-$v4.txt" 2>&1
+		rc=$?
+		echo "conformance (lane-per-key SIMT kernels, PARALLAX_CUDA_SIMT_V4=$v4): exit $rc, $(tail -1 "$OUT/conformance-v4-$v4.txt")"
+		if [[ $rc == 0 ]]; then
+			export PARALLAX_CUDA_SIMT_SMALL=1 PARALLAX_CUDA_SIMT_V4=$v4
+			break
+		fi
+		grep -v " pass$" "$OUT/conformance-v4-$v4.txt" | tail -8
+	done
+	[[ -z ${PARALLAX_CUDA_SIMT_SMALL:-} ]] && echo "running MAD on the broadcast SIMT kernels"
 fi
 cd "$WORK" || exit 1
 run_job() { # $1 task(s), $2 seed, $3 the seconds it may take

@@ -346,7 +346,7 @@ const simtSmallD = 16
 // (simtForm), rows the tensors the kernel streams row by row (nil: an
 // absent operand).
 func (d *Device) simtKernel(name string, D int, rows ...*engine.Tensor) string {
-	v4 := true
+	v4 := !d.opts.NoSmallV4
 	for _, t := range rows {
 		if t != nil && (t.DType() != engine.F32 || ptr(t)%16 != 0) {
 			v4 = false

@@ -59,6 +59,10 @@ type Options struct {
 	// broadcast kernels) until certified on a GPU by the conformance
 	// suite (PARALLAX_CUDA_SIMT_SMALL=1).
 	SmallHeads bool
+	// NoSmallV4 keeps the lane-per-key kernels' element-at-a-time loads
+	// where their _small_v4 forms (16-byte row loads of f32 rows, the same
+	// arithmetic) would run (PARALLAX_CUDA_SIMT_V4=0).
+	NoSmallV4 bool
 	// FusedPrep runs a decode step's q/k/v(/r) products and DecodePrep as
 	// one launch (gemv_norm_prep_m*: the last block of each head prepares
 	// it); off (the two launches) until certified on a GPU by the
@@ -78,6 +82,7 @@ const (
 	EnvPDL             = "PARALLAX_CUDA_PDL"
 	EnvNormRoPEHeads   = "PARALLAX_CUDA_NORMROPE_HEADS"
 	EnvSmallHeads      = "PARALLAX_CUDA_SIMT_SMALL"
+	EnvSmallV4         = "PARALLAX_CUDA_SIMT_V4"
 	EnvFusedPrep       = "PARALLAX_CUDA_FUSED_PREP"
 )
 
@@ -97,6 +102,7 @@ func ParseOptions(getenv func(string) string) (Options, error) {
 		NoPDL:           e.Switch(EnvPDL, "0", "1"),
 		NormRoPEHeads:   e.Int(EnvNormRoPEHeads),
 		SmallHeads:      e.Switch(EnvSmallHeads, "1", "0"),
+		NoSmallV4:       e.Switch(EnvSmallV4, "0", "1"),
 		FusedPrep:       e.Switch(EnvFusedPrep, "1", "0"),
 	}
 	if e.Err != nil {
@@ -182,7 +188,11 @@ func (o Options) kernels(wgmma, tma bool) map[string]string {
 	}
 	simt := "; SIMT otherwise"
 	if o.SmallHeads {
-		simt += " (lane-per-key at D <= 16, 16-byte row loads for f32 at D % 4 == 0)"
+		simt += " (lane-per-key at D <= 16"
+		if !o.NoSmallV4 {
+			simt += ", 16-byte row loads for f32 at D % 4 == 0"
+		}
+		simt += ")"
 	}
 	prep := "norm-folded q/k/v/r products (rows <= 8), then decode_prep"
 	if o.FusedPrep {

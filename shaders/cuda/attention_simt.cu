@@ -44,6 +44,19 @@ __device__ __forceinline__ void ld4(float e[4], const void *p, int dt, i64 i, in
 	}
 }
 
+// ld4_qrg is ld4 of a query row's q, r and g pieces (r zeros for softmax,
+// r null), which dk/dv reads twice.
+template <bool V4>
+__device__ __forceinline__ void ld4_qrg(float qx[4], float rx[4], float gx[4], const void *q, const void *r,
+                                        const void *g, int dtq, int dtr, int dtg, i64 i, int n) {
+	ld4<V4>(qx, q, dtq, i, n);
+	if (r)
+		ld4<V4>(rx, r, dtr, i, n);
+	else
+		rx[0] = rx[1] = rx[2] = rx[3] = 0;
+	ld4<V4>(gx, g, dtg, i, n);
+}
+
 // simt_reduce sums each of the D lane partials v over the warp and returns
 // the sum of element lane (0 for lanes >= D).
 __device__ __forceinline__ float simt_reduce(const float *v, int D, int lane) {
@@ -489,10 +502,8 @@ __device__ __forceinline__ void attn_dkv_body(const void *q, const void *r, cons
 #pragma unroll
 				for (int x0 = 0; x0 < SMALLD; x0 += 4) {
 					if (x0 < D) {
-						float qx[4], rx[4] = {0, 0, 0, 0}, gx[4];
-						ld4<V4>(qx, q, dtq, row * D + x0, D - x0);
-						if (r) ld4<V4>(rx, r, dtr, row * D + x0, D - x0);
-						ld4<V4>(gx, g, dtg, row * D + x0, D - x0);
+						float qx[4], rx[4], gx[4];
+						ld4_qrg<V4>(qx, rx, gx, q, r, g, dtq, dtr, dtg, row * D + x0, D - x0);
 #pragma unroll
 						for (int c4 = 0; c4 < 4; c4++) {
 							int x = x0 + c4;
@@ -511,10 +522,8 @@ __device__ __forceinline__ void attn_dkv_body(const void *q, const void *r, cons
 #pragma unroll
 				for (int x0 = 0; x0 < SMALLD; x0 += 4) {
 					if (x0 < D) {
-						float qx[4], rx[4] = {0, 0, 0, 0}, gx[4];
-						ld4<V4>(qx, q, dtq, row * D + x0, D - x0);
-						if (r) ld4<V4>(rx, r, dtr, row * D + x0, D - x0);
-						ld4<V4>(gx, g, dtg, row * D + x0, D - x0);
+						float qx[4], rx[4], gx[4];
+						ld4_qrg<V4>(qx, rx, gx, q, r, g, dtq, dtr, dtg, row * D + x0, D - x0);
 #pragma unroll
 						for (int c4 = 0; c4 < 4; c4++) {
 							int x = x0 + c4;

@@ -120,7 +120,7 @@ func newRuntime() (*vkRuntime, error) {
 	var inst vk.Instance
 	if res := vk.CreateInstance(ci, nil, &inst); res != vk.Success {
 		if res == vk.ErrorIncompatibleDriver {
-			return nil, fmt.Errorf("%w: the Vulkan loader found no driver (ICD); install mesa-vulkan-drivers for the lavapipe CPU device, or your GPU's Vulkan driver", ErrNoVulkan)
+			return nil, fmt.Errorf("%w: %s", ErrNoVulkan, noDriverHint(icdManifests(os.Getenv)))
 		}
 		return nil, fmt.Errorf("%w: vkCreateInstance: %v", ErrNoVulkan, vk.Error(res))
 	}

@@ -100,7 +100,8 @@ func writeDevicesText(w io.Writer, list []engine.BackendStatus) {
 	for _, b := range list {
 		switch {
 		case b.Err != nil:
-			fmt.Fprintf(w, "%s: unavailable: %v\n", b.Name, b.Err)
+			// The backend's error may already say it is unavailable.
+			fmt.Fprintf(w, "%s: unavailable: %s\n", b.Name, strings.TrimPrefix(b.Err.Error(), b.Name+" unavailable: "))
 			continue
 		case len(b.Devices) == 0:
 			fmt.Fprintf(w, "%s: no devices found\n", b.Name)

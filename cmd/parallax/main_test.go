@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/parallax-engine/parallax/engine"
 )
 
 // runCLI runs the command line in-process and returns its exit code and
@@ -116,5 +119,19 @@ func TestFormatBytes(t *testing.T) {
 		if got := formatBytes(n); got != want {
 			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// An unavailable backend is named once, whether or not its error says
+// "unavailable" itself.
+func TestDevicesTextUnavailable(t *testing.T) {
+	var b strings.Builder
+	writeDevicesText(&b, []engine.BackendStatus{
+		{Name: "vulkan", Err: errors.New("vulkan unavailable: the loader found no driver")},
+		{Name: "cuda", Err: errors.New("no libcuda.so.1")},
+	})
+	want := "vulkan: unavailable: the loader found no driver\ncuda: unavailable: no libcuda.so.1\n"
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
 }

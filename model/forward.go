@@ -253,6 +253,7 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 	// inputs in that one op too, keeping k and v for its own attention
 	// (the caches' starts are 0 then: Step writes them).
 	prefillPrep := decodeFusion && prefill && cache != nil && !a.Train
+	prep := fused || prefillPrep // the attention inputs through DecodePrep
 	// The projections of h in one call: one launch where the device has a
 	// kernel for the shapes (decoding), a product each otherwise.
 	outs := []*engine.Tensor{mat(la.q, qd), mat(la.k, kvd), mat(a.vn, kvd)}
@@ -261,7 +262,7 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 		outs, ws = append(outs, mat(la.r, qd)), append(ws, blk.R.compute())
 	}
 	var pa engine.DecodePrepArgs
-	if fused || prefillPrep {
+	if prep {
 		// q, k (and r) normed and rotated, k and v appended: one op.
 		pa = engine.DecodePrepArgs{Q: la.q, K: la.k, V: a.vn, QNorm: blk.QNorm.W, KNorm: blk.KNorm.W, QOut: la.qh,
 			KCache: cache.K[l], VCache: cache.V[l], Pos: pos, Starts: cache.starts, Eps: eps, Theta: theta, KH: la.kh, VH: la.vh,
@@ -277,18 +278,18 @@ func (m *Model) blockForward(r *rec, l int, a *Activations, la *layerActs, x, ou
 	} else {
 		r.rmsnorm(la.ln1, la.ln1Rstd, x, blk.InputNorm.W, eps)
 		r.linearMulti(outs, ws, la.ln1)
-		if fused || prefillPrep {
+		if prep {
 			r.decodePrep(pa)
 		}
 	}
-	if !(fused || prefillPrep) {
+	if !prep {
 		// Per-head RMSNorm, then RoPE, from [B, T, H, D] into [B, H, T, D]:
 		// one fused op per input.
 		r.normRoPE(la.qh, la.qRstd, la.q, blk.QNorm.W, pos, a.qn, eps, theta)
 		r.normRoPE(la.kh, la.kRstd, la.k, blk.KNorm.W, pos, a.kn, eps, theta)
 		r.swap(la.vh, a.vn)
 	}
-	if c.Parallax() && (!(fused || prefillPrep) || c.ProbeGate) {
+	if c.Parallax() && (!prep || c.ProbeGate) {
 		if c.ProbeGate {
 			// r = sigmoid(w_g . h) r per token and head, after the norm
 			// (which would undo it) and before RoPE (a per-head scalar

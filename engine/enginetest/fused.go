@@ -406,13 +406,9 @@ func normLinearPrepCase(s decodePrepCase, k, group int, dt engine.DType) Case {
 				e = int8NormErr(hv, wvs[i], want, m, n, k)
 			}
 			c.cmp(fmt.Sprintf("projection %d", i), o, want, errBoundTol(dt, Tol(dt, k), e, want))
-			got, err := engine.Float32s(o)
-			if err != nil {
+			var err error
+			if raw[i], err = Download(o); err != nil {
 				return nil, err
-			}
-			raw[i] = make([]float64, len(got))
-			for j, v := range got {
-				raw[i][j] = float64(v)
 			}
 		}
 		s.check(&c, dt, a, prepInputs{raw[0], raw[1], raw[2], raw[3], qn, kn, rn, kc, vc, pi, st})

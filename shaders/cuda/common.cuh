@@ -204,6 +204,9 @@ __device__ __forceinline__ float warp_sum(float v) {
 	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
 	return v;
 }
+// rms_rstd is RMSNorm's 1/sqrt(mean(x^2) + eps) from the f32 sum of
+// squares ss of a row of n elements.
+__device__ __forceinline__ float rms_rstd(float ss, int n, float eps) { return 1.0f / sqrtf(ss / (float)n + eps); }
 __device__ __forceinline__ double warp_sumd(double v) {
 	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
 	return v;

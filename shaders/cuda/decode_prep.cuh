@@ -88,7 +88,7 @@ __device__ __forceinline__ void dp_row(const dp_set &s, const dp_freq &fr, const
 		}
 		return;
 	}
-	const float sc = 1.0f / sqrtf(ss / (float)D + eps);
+	const float sc = rms_rstd(ss, D, eps);
 	float o1[8], o2[8];
 #pragma unroll
 	for (int k = 0; k < 8; k++) {

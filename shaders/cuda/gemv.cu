@@ -79,12 +79,6 @@ __device__ __forceinline__ void gemv_dot(float *s, float *ss, const void *x, con
 	}
 }
 
-// gemv_rstd is 1/sqrt(mean(x^2) + eps) of a row from its lanes' sums of
-// squares ss over K elements (f32, as the rmsnorm kernels').
-__device__ __forceinline__ float gemv_rstd(float ss, int K, float eps) {
-	return 1.0f / sqrtf(warp_sum(ss) / (float)K + eps);
-}
-
 // gemv_row computes column n of out for the M rows of x. NORM: the rows
 // are normed first (g [K] of dtype dtg, eps the norm's).
 template <int M, bool NORM>
@@ -97,7 +91,7 @@ __device__ __forceinline__ void gemv_row(void *out, int dto, const void *x, cons
 #pragma unroll
 	for (int m = 0; m < M; m++) {
 		float v = warp_sum(s[m]);
-		if (NORM) v *= gemv_rstd(ss[m], K, eps);
+		if (NORM) v *= rms_rstd(warp_sum(ss[m]), K, eps);
 		if (lane == 0) {
 			i64 o = (i64)m * N + n;
 			if (accumulate) v += ldf(out, dto, o);
@@ -180,7 +174,7 @@ __device__ __forceinline__ void gemv_swiglu_row(void *act, int dto, const void *
 	for (int m = 0; m < M; m++) {
 		float a = warp_sum(gs[m]), b = warp_sum(us[m]);
 		if (NORM) {
-			const float r = gemv_rstd(ss[m], K, eps);
+			const float r = rms_rstd(warp_sum(ss[m]), K, eps);
 			a *= r, b *= r;
 		}
 		if (lane == 0) {

@@ -73,12 +73,6 @@ __device__ __forceinline__ void ld16f(const void *x, int dt, i64 i, float *v) {
 	ld8f(x, dt, i + 8, v + 8);
 }
 
-// qgemv_rstd is 1/sqrt(mean(x^2) + eps) of a row from its lanes' sums of
-// squares ss over K elements (f32, as the rmsnorm kernels').
-__device__ __forceinline__ float qgemv_rstd(float ss, int K, float eps) {
-	return 1.0f / sqrtf(warp_sum(ss) / (float)K + eps);
-}
-
 // qgemv_acc adds row n of x W^T to acc[0..M) in this lane's share: the
 // 16-weight chunks lane*16 + 512 j of the row (K a multiple of 16), each
 // scaled by its group's scale (G a multiple of 16, or >= K). NORM: each
@@ -147,7 +141,7 @@ __device__ __forceinline__ void qgemv_row(void *out, int dto, const void *x, int
 #pragma unroll
 	for (int m = 0; m < M; m++) {
 		float v = warp_sum(acc[m]);
-		if (NORM) v *= qgemv_rstd(ss[m], K, eps);
+		if (NORM) v *= rms_rstd(warp_sum(ss[m]), K, eps);
 		if (lane == 0) {
 			i64 o = (i64)m * N + n;
 			if (accumulate) v += ldf(out, dto, o);
@@ -202,12 +196,31 @@ __device__ __forceinline__ void qgemv_swiglu_row(void *act, int dto, const void 
 	for (int m = 0; m < M; m++) {
 		float gs = warp_sum(g[m]), us = warp_sum(u[m]);
 		if (NORM) {
-			const float r = qgemv_rstd(ss[m], K, eps);
+			const float r = rms_rstd(warp_sum(ss[m]), K, eps);
 			gs *= r, us *= r;
 		}
 		if (lane == 0) stf(act, dto, (i64)m * N + n, gs / (1.0f + expf(-gs)) * us);
 	}
 }
+
+// QGEMV_SEGMENT finds the weight i_ of the set st that this block's 8
+// columns (n0..) belong to, lets the next kernel launch and asks the L2
+// for the block's rows before waiting for the kernels before it: the
+// start of every multi-weight kernel.
+#define QGEMV_SEGMENT(st)                                                                                            \
+	int i_ = 0;                                                                                                      \
+	while (i_ < 3 && (int)blockIdx.x >= st.first[i_ + 1]) i_++;                                                      \
+	const int n0 = ((int)blockIdx.x - st.first[i_]) * 8;                                                             \
+	pdl_trigger();                                                                                                   \
+	qgemv_prefetch(st.q[i_], st.s[i_], n0, 8, st.n[i_], K, ng);                                                      \
+	pdl_wait()
+
+// QGEMV_NORM_MULTI is qgemv_norm_multi's body (its block's columns of the
+// products of the normed rows), which qgemv_norm_prep shares.
+#define QGEMV_NORM_MULTI(MM)                                                                                         \
+	QGEMV_SEGMENT(st);                                                                                               \
+	qgemv_row<MM, true>(st.out[i_], dto, x, dtx, st.q[i_], st.s[i_], st.n[i_], K, G, ng, 0, n0 + (threadIdx.x >> 5), \
+	                    g, dtg, eps)
 
 // qgemv_norm_prep_m* keeps qgemv_norm_multi_m*'s three blocks a
 // multiprocessor (__launch_bounds__(256, 3)): the preparation's registers
@@ -224,13 +237,9 @@ __device__ __forceinline__ void qgemv_swiglu_row(void *act, int dto, const void 
 	}                                                                                                                \
 	extern "C" __global__ void __launch_bounds__(256)                                                                \
 	    qgemv_multi_m##MM(i8_set st, int dto, const void *x, int dtx, int K, int G, int ng) {                     \
-		int i = 0;                                                                                                   \
-		while (i < 3 && (int)blockIdx.x >= st.first[i + 1]) i++;                                                     \
-		int n = ((int)blockIdx.x - st.first[i]) * 8 + (threadIdx.x >> 5);                                           \
-		pdl_trigger();                                                                                               \
-		qgemv_prefetch(st.q[i], st.s[i], n - (threadIdx.x >> 5), 8, st.n[i], K, ng);                                 \
-		pdl_wait();                                                                                                  \
-		qgemv_row<MM, false>(st.out[i], dto, x, dtx, st.q[i], st.s[i], st.n[i], K, G, ng, 0, n, 0, 0, 0);            \
+		QGEMV_SEGMENT(st);                                                                                           \
+		qgemv_row<MM, false>(st.out[i_], dto, x, dtx, st.q[i_], st.s[i_], st.n[i_], K, G, ng, 0,                     \
+		                     n0 + (threadIdx.x >> 5), 0, 0, 0);                                                      \
 	}                                                                                                                \
 	extern "C" __global__ void __launch_bounds__(256)                                                                \
 	    qgemv_swiglu_m##MM(void *act, int dto, const void *x, int dtx, const i8 *qg, const float *sg, const i8 *qu, \
@@ -244,27 +253,14 @@ __device__ __forceinline__ void qgemv_swiglu_row(void *act, int dto, const void 
 	}                                                                                                                \
 	extern "C" __global__ void __launch_bounds__(256) qgemv_norm_multi_m##MM(                                        \
 	    i8_set st, int dto, const void *x, int dtx, int K, int G, int ng, const void *g, int dtg, float eps) {    \
-		int i = 0;                                                                                                   \
-		while (i < 3 && (int)blockIdx.x >= st.first[i + 1]) i++;                                                     \
-		int n = ((int)blockIdx.x - st.first[i]) * 8 + (threadIdx.x >> 5);                                           \
-		pdl_trigger();                                                                                               \
-		qgemv_prefetch(st.q[i], st.s[i], n - (threadIdx.x >> 5), 8, st.n[i], K, ng);                                 \
-		pdl_wait();                                                                                                  \
-		qgemv_row<MM, true>(st.out[i], dto, x, dtx, st.q[i], st.s[i], st.n[i], K, G, ng, 0, n, g, dtg, eps);         \
+		QGEMV_NORM_MULTI(MM);                                                                                        \
 	}                                                                                                                \
 	extern "C" __global__ void __launch_bounds__(256, 3) qgemv_norm_prep_m##MM(                                      \
 	    i8_set st, int dto, const void *x, int dtx, int K, int G, int ng, const void *g, int dtg, float eps,       \
 	    const __grid_constant__ dp_set ps, const __grid_constant__ dp_freq fr, const int *pos, const int *starts,  \
 	    int B, int L, int D, int Cap, int per_seq, float heps, int lpr, int *err, int *cnt) {                      \
-		int i = 0;                                                                                                   \
-		while (i < 3 && (int)blockIdx.x >= st.first[i + 1]) i++;                                                     \
-		const int n0 = ((int)blockIdx.x - st.first[i]) * 8;                                                         \
-		pdl_trigger();                                                                                               \
-		qgemv_prefetch(st.q[i], st.s[i], n0, 8, st.n[i], K, ng);                                                     \
-		pdl_wait();                                                                                                  \
-		qgemv_row<MM, true>(st.out[i], dto, x, dtx, st.q[i], st.s[i], st.n[i], K, G, ng, 0, n0 + (threadIdx.x >> 5), \
-		                    g, dtg, eps);                                                                            \
-		gemv_prep_tail<MM>(i, n0, ps, fr, pos, starts, L, D, Cap, per_seq, heps, lpr, err, cnt);                     \
+		QGEMV_NORM_MULTI(MM);                                                                                        \
+		gemv_prep_tail<MM>(i_, n0, ps, fr, pos, starts, L, D, Cap, per_seq, heps, lpr, err, cnt);                    \
 	}                                                                                                                \
 	extern "C" __global__ void __launch_bounds__(256) qgemv_norm_swiglu_m##MM(                                       \
 	    void *act, int dto, const void *x, int dtx, const i8 *qg, const float *sg, const i8 *qu, const float *su,    \
